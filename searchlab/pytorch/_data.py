@@ -1,0 +1,197 @@
+"""``DataLoader``: torch's arguments, with the data order owned by searchlab.
+
+The trainer builds a fresh torch ``DataLoader`` for every epoch from the stored arguments, with
+an order that depends only on the trial seed and the epoch, sharded by rank, and skipping what
+was already trained on a resume. So a paused and resumed trial sees exactly the batches an
+uninterrupted one would, and the global RNG streams (dropout, augmentation) stay untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+import torch
+from torch.utils.data import BatchSampler, Dataset, RandomSampler, Sampler, SequentialSampler
+
+from searchlab.pytorch.samplers import EpochSampler, ReproducibleShuffleSampler
+
+__all__ = ["DataLoader", "TorchData", "to_device"]
+
+TorchData = Union[dict[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor]
+
+
+class DataLoader:
+    """A description of a torch ``DataLoader`` that searchlab can shard and resume.
+
+    Takes the arguments of ``torch.utils.data.DataLoader``; ``batch_size`` is per worker
+    (use ``context.get_per_slot_batch_size()``). Datasets must be map-style.
+
+    Example:
+        >>> def build_training_data_loader(self):
+        ...     return DataLoader(self.train_set, batch_size=self.context.get_per_slot_batch_size(),
+        ...                       shuffle=True, num_workers=2)
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        sampler: Sampler[int] | None = None,
+        batch_sampler: Sampler[list[int]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+    ) -> None:
+        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise TypeError(
+                f"DataLoader needs a map-style dataset (with __len__ and __getitem__), got "
+                f"{type(dataset).__name__}; wrap an IterableDataset in torch's DataLoader and call "
+                "context.experimental.disable_dataset_reproducibility_checks()"
+            )
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler or drop_last):
+            raise ValueError(
+                "batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last"
+            )
+        if sampler is not None and shuffle:
+            raise ValueError("sampler is mutually exclusive with shuffle")
+        if batch_size is None and batch_sampler is None:
+            raise ValueError("batch_size=None is not supported: searchlab trains on batches")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.drop_last = drop_last
+        self.generator = generator
+        self._loader_kwargs: dict[str, Any] = {
+            "num_workers": num_workers,
+            "collate_fn": collate_fn,
+            "pin_memory": pin_memory,
+            "timeout": timeout,
+            "worker_init_fn": worker_init_fn,
+            "multiprocessing_context": multiprocessing_context,
+            "prefetch_factor": prefetch_factor,
+            "persistent_workers": persistent_workers and num_workers > 0,
+        }
+
+    def _base_sampler(self, seed: int) -> Sampler[int]:
+        if self.sampler is not None:
+            return self.sampler
+        if self.shuffle:
+            return ReproducibleShuffleSampler(self.dataset, seed)  # type: ignore[arg-type]
+        return SequentialSampler(self.dataset)  # type: ignore[arg-type]
+
+    def build(
+        self, *, seed: int, num_replicas: int = 1, rank: int = 0, training: bool = True
+    ) -> _EpochLoader:
+        """The per-epoch loader factory the trainer uses."""
+        return _EpochLoader(self, seed=seed, num_replicas=num_replicas, rank=rank, training=training)
+
+    def get_data_loader(
+        self, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
+    ) -> torch.utils.data.DataLoader[Any]:
+        """A plain torch ``DataLoader`` for this description (Determined's method)."""
+        epoch_loader = self.build(seed=0, num_replicas=num_replicas, rank=rank)
+        if repeat:
+            raise ValueError("repeat=True is not supported; iterate epochs with the trainer")
+        return epoch_loader.loader_for(epoch=0, skip_batches=skip)
+
+    def __len__(self) -> int:
+        return len(self.build(seed=0))
+
+
+class _EpochLoader:
+    """Makes the torch ``DataLoader`` of any epoch, at any batch of it."""
+
+    def __init__(
+        self, spec: DataLoader, *, seed: int, num_replicas: int, rank: int, training: bool
+    ) -> None:
+        self._spec = spec
+        self._seed = seed
+        if spec.batch_sampler is not None:
+            self._sampler: EpochSampler | None = None
+            self._batches: Sampler[list[int]] = spec.batch_sampler
+        else:
+            base = spec._base_sampler(seed)
+            if isinstance(base, RandomSampler) and base.generator is None:
+                # torch's RandomSampler draws from the global RNG: give it its own stream.
+                base.generator = torch.Generator().manual_seed(seed)
+            self._sampler = EpochSampler(base, num_replicas, rank, pad=training)
+            assert spec.batch_size is not None
+            self._batches = BatchSampler(self._sampler, spec.batch_size, spec.drop_last)
+        self._len = len(self._batches)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return self._len
+
+    def loader_for(self, epoch: int, skip_batches: int = 0) -> torch.utils.data.DataLoader[Any]:
+        """The torch loader yielding batches ``skip_batches..`` of ``epoch``."""
+        batch_sampler: Any = self._batches
+        if self._sampler is not None:
+            self._sampler.set_position(epoch, skip_batches * (self._spec.batch_size or 1))
+        elif skip_batches:
+            batch_sampler = _SkipBatches(self._batches, skip_batches)
+        gen = torch.Generator()
+        # Worker seeds come from this generator instead of the global RNG.
+        gen.manual_seed(self._seed * 7_919 + epoch)
+        return torch.utils.data.DataLoader(
+            self._spec.dataset,
+            batch_sampler=batch_sampler,
+            generator=gen,
+            **self._spec._loader_kwargs,
+        )
+
+
+class _SkipBatches(Sampler[list[int]]):
+    def __init__(self, batches: Sampler[list[int]], skip: int) -> None:
+        self._batches = batches
+        self._skip = skip
+
+    def __iter__(self) -> Any:
+        it = iter(self._batches)
+        for _ in range(self._skip):
+            next(it, None)
+        return it
+
+    def __len__(self) -> int:
+        return max(len(self._batches) - self._skip, 0)  # type: ignore[arg-type]
+
+
+def to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Move every tensor inside ``data`` (dicts, lists, tuples, namedtuples) to ``device``."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(to_device(v, device, non_blocking) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(to_device(v, device, non_blocking) for v in data)
+    if hasattr(data, "to") and callable(data.to):
+        try:
+            return data.to(device)
+        except TypeError:
+            return data
+    return data
+
+
+def records_in(batch: Any) -> int:
+    """The number of records in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)) and batch:
+        return records_in(batch[0])
+    return math.nan  # type: ignore[return-value]

@@ -1,0 +1,321 @@
+"""The training loop that both the local ``Trainer`` and the Ray trainable drive.
+
+``TrialLoop.run()`` is a generator of :class:`Report`s: it trains up to ``target`` batches and
+yields a report at each training window end, validation and checkpoint point. Callers decide
+what a report means to them (log it, hand it to Ray Tune, write a checkpoint), so the loop
+itself knows nothing about where metrics or checkpoints go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from searchlab.errors import TrialDefinitionError
+from searchlab.pytorch._checkpoint import FORMAT_VERSION
+from searchlab.pytorch._context import PyTorchTrialContext
+from searchlab.pytorch._data import DataLoader
+from searchlab.pytorch._lr_scheduler import LRScheduler
+from searchlab.pytorch._metrics import check_metrics, mean_metrics, to_float
+from searchlab.pytorch._state import capture_trial_state, restore_trial_state
+from searchlab.pytorch._trial import PyTorchTrial
+from searchlab.pytorch._units import TrainUnit
+from searchlab.pytorch._validation import Validator
+
+__all__ = ["LoopSettings", "Report", "TrialLoop"]
+
+
+@dataclasses.dataclass
+class LoopSettings:
+    """How often the loop reports, validates and checkpoints (lengths in any unit)."""
+
+    scheduling_unit: int = 100
+    validation_period: TrainUnit | None = None
+    checkpoint_period: TrainUnit | None = None
+    checkpoint_policy: str = "best"
+    searcher_metric: str | None = None
+    smaller_is_better: bool = True
+    perform_initial_validation: bool = False
+    test_mode: bool = False
+
+
+@dataclasses.dataclass
+class Report:
+    """One event of the loop: metrics of a ``group``, and what the caller should do next."""
+
+    group: str | None  # "training", "validation", or None for a bare checkpoint point
+    metrics: dict[str, float]
+    batches: int
+    epochs: float
+    checkpoint: bool = False
+    done: bool = False
+    stop_requested: bool = False
+
+
+class TrialLoop:
+    """Trains one ``PyTorchTrial`` in this process, batch by batch, resumable at any batch.
+
+    Example:
+        >>> loop = TrialLoop(trial, context, LoopSettings(scheduling_unit=10))
+        >>> loop.target = 40
+        >>> for report in loop.run():
+        ...     print(report.group, report.batches, report.metrics)
+    """
+
+    def __init__(
+        self, trial: PyTorchTrial, context: PyTorchTrialContext, settings: LoopSettings
+    ) -> None:
+        if not isinstance(trial, PyTorchTrial):
+            raise TrialDefinitionError(
+                f"{type(trial).__name__} does not subclass searchlab.pytorch.PyTorchTrial; "
+                "derive it from PyTorchTrial"
+            )
+        if not context.models:
+            raise TrialDefinitionError(
+                f"{type(trial).__name__} has no model: must have at least one model. This might "
+                "be caused by not wrapping your model with context.wrap_model() in __init__"
+            )
+        self.trial, self.context, self.settings = trial, context, settings
+        self.callbacks = dict(trial.build_callbacks())
+        context._callbacks = self.callbacks
+        self._train = _epoch_loader(
+            trial.build_training_data_loader(), context, "build_training_data_loader()", True
+        )
+        self.epoch_len = len(self._train)
+        if self.epoch_len == 0:
+            raise TrialDefinitionError(
+                f"{type(trial).__name__}.build_training_data_loader() yields no batches; check "
+                "the dataset is not empty and batch_size/drop_last leave at least one batch"
+            )
+        context._epoch_len = self.epoch_len
+        self.validator = Validator(trial, context, settings, self.callbacks)
+        self.batches_trained = 0
+        self.target = 0
+        self.last_validation: dict[str, float] = {}
+        self._window: list[dict[str, Any]] = []
+        self._best: float | None = None
+        self._last_validation_batch = -1
+        self._stream: Iterator[Any] | None = None
+        self._started = False
+        self._checkpoint_uuid: str | None = None
+
+    # -- lengths -----------------------------------------------------------------------
+    def to_batches(self, length: TrainUnit | Any) -> int:
+        gbs = self.context._hparams.get("global_batch_size")
+        return TrainUnit.coerce(length).to_batches(self.epoch_len, int(gbs) if gbs else None)
+
+    def _period(self, length: TrainUnit | None) -> int:
+        return self.to_batches(length) if length is not None else 0
+
+    @property
+    def epochs(self) -> float:
+        return self.batches_trained / self.epoch_len
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> Iterator[Report]:
+        """Train up to ``self.target`` batches, yielding each report; ``target`` may change."""
+        self._start()
+        s = self.settings
+        fresh = self.batches_trained == 0 and self._last_validation_batch < 0
+        if s.perform_initial_validation and fresh:
+            yield self._validation_report(checkpoint=False, done=self.target == 0)
+        if s.test_mode:
+            self.target = min(self.target, self.batches_trained + 1)
+        validation_every = self._period(s.validation_period)
+        checkpoint_every = self._period(s.checkpoint_period)
+        while self.batches_trained < self.target:
+            self._train_batch()
+            b, stop = self.batches_trained, self.context.get_stop_requested()
+            at_end = b >= self.target or stop
+            periodic_ckpt = bool(checkpoint_every) and b % checkpoint_every == 0
+            end_ckpt = at_end and (s.checkpoint_policy != "none" or stop or s.test_mode)
+            reports: list[Report] = []
+            if b % s.scheduling_unit == 0 or at_end:
+                reports.append(self._training_report())
+            if (validation_every and b % validation_every == 0) or (at_end and not stop):
+                reports.append(self._validation_report(checkpoint=False, done=False))
+            wants_ckpt = periodic_ckpt or end_ckpt or any(r.checkpoint for r in reports)
+            if wants_ckpt and not reports:
+                reports.append(Report(None, {}, b, self.epochs))
+            if reports:
+                reports[-1].checkpoint = wants_ckpt
+                reports[-1].done = at_end
+                reports[-1].stop_requested = stop
+            yield from reports
+            if stop:
+                return
+
+    def _start(self) -> None:
+        for model in self.context.models:
+            model.train()
+        if self._started:
+            return
+        self._started = True
+        for cb in self.callbacks.values():
+            cb.on_trial_startup(self.batches_trained, self._checkpoint_uuid)
+        for cb in self.callbacks.values():
+            cb.on_training_start()
+
+    def _batch_stream(self) -> Iterator[Any]:
+        epoch, skip = divmod(self.batches_trained, self.epoch_len)
+        while True:
+            yield from self._train.loader_for(epoch, skip)
+            epoch, skip = epoch + 1, 0
+
+    def _train_batch(self) -> None:
+        ctx, b = self.context, self.batches_trained
+        epoch_idx, in_epoch = divmod(b, self.epoch_len)
+        if in_epoch == 0:
+            for cb in self.callbacks.values():
+                cb.on_training_epoch_start(epoch_idx)
+        if self._stream is None:
+            self._stream = self._batch_stream()
+        batch = next(self._stream)
+        if ctx._auto_to_device:
+            batch = ctx.to_device(batch)
+        ctx._current_batch, ctx._current_epoch = b, epoch_idx
+        with ctx._amp.autocast(ctx.device):
+            out = self.trial.train_batch(batch, epoch_idx, b)
+        metrics = check_metrics(out, f"{type(self.trial).__name__}.train_batch()")
+        self._window.append(
+            {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+        )
+        self.batches_trained = b + 1
+        for sched in ctx.lr_schedulers:
+            sched._tick(LRScheduler.StepMode.STEP_EVERY_BATCH)
+        if in_epoch == self.epoch_len - 1:
+            for sched in ctx.lr_schedulers:
+                sched._tick(LRScheduler.StepMode.STEP_EVERY_EPOCH)
+            for cb in self.callbacks.values():
+                cb.on_training_epoch_end(epoch_idx)
+
+    def _training_report(self) -> Report:
+        window, self._window = self._window, []
+        metrics = mean_metrics(window, self.context.distributed)
+        metrics.update(self.validator.reducer_metrics(training=True))
+        for cb in self.callbacks.values():
+            cb.on_training_workload_end(metrics, window)
+        return Report("training", metrics, self.batches_trained, self.epochs)
+
+    def _validation_report(self, *, checkpoint: bool, done: bool) -> Report:
+        metrics = self.validator.validate()
+        self.last_validation = metrics
+        self._last_validation_batch = self.batches_trained
+        policy = self.settings.checkpoint_policy
+        wants = checkpoint or policy == "all"
+        if policy == "best" and self.settings.searcher_metric in metrics:
+            value = metrics[self.settings.searcher_metric]
+            if not self.settings.smaller_is_better:
+                value = -value
+            if self._best is None or value < self._best:
+                self._best = value
+                wants = True
+        return Report("validation", metrics, self.batches_trained, self.epochs, wants, done)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The trial's whole state at this batch boundary, as saved in ``state-dict.pth``."""
+        state = capture_trial_state(self.context, self.callbacks)
+        state["batches_trained"] = self.batches_trained
+        state["epochs_trained"] = self.batches_trained // self.epoch_len
+        state["trainer_state"] = {
+            "window": [{k: to_float(v) for k, v in m.items()} for m in self._window],
+            "best": self._best,
+            "last_validation_batch": self._last_validation_batch,
+            "last_validation": dict(self.last_validation),
+        }
+        for cb in self.callbacks.values():
+            cb.on_checkpoint_save_start(state)
+        return state
+
+    def metadata(self) -> dict[str, Any]:
+        cls = type(self.trial)
+        try:
+            model_dir = str(pathlib.Path(inspect.getfile(cls)).resolve().parent)
+        except (TypeError, OSError):
+            model_dir = None
+        return {
+            "format_version": FORMAT_VERSION,
+            "trial_class": f"{cls.__module__}:{cls.__qualname__}",
+            "model_dir": model_dir,
+            "hparams": self.context.get_hparams(),
+            "batches_trained": self.batches_trained,
+            "epochs_trained": self.batches_trained // self.epoch_len,
+            "metrics": dict(self.last_validation),
+            "trial_id": self.context.get_trial_id(),
+            "experiment_id": self.context.get_experiment_id(),
+            "trial_seed": self.context.get_trial_seed(),
+        }
+
+    def checkpoint_written(self, directory: str | pathlib.Path) -> None:
+        for cb in self.callbacks.values():
+            cb.on_checkpoint_write_end(str(directory))
+            cb.on_checkpoint_end(str(directory))
+            cb.on_checkpoint_upload_end(pathlib.Path(directory).name)
+
+    def load_state_dict(self, state: dict[str, Any], checkpoint_uuid: str | None = None) -> None:
+        """Continue from a checkpoint's state: weights, optimizers, RNG, position."""
+        for cb in self.callbacks.values():
+            cb.on_checkpoint_load_start(state)
+        restore_trial_state(state, self.context, self.callbacks)
+        self.batches_trained = int(state.get("batches_trained", 0))
+        self.context._initial_batch = self.batches_trained
+        self.context._current_batch = self.batches_trained
+        trainer_state = state.get("trainer_state", {})
+        self._window = list(trainer_state.get("window", []))
+        self._best = trainer_state.get("best")
+        self._last_validation_batch = int(trainer_state.get("last_validation_batch", -1))
+        self.last_validation = dict(trainer_state.get("last_validation", {}))
+        self._stream = None
+        self._checkpoint_uuid = checkpoint_uuid
+
+    def close(self) -> None:
+        for cb in self.callbacks.values():
+            cb.on_trial_shutdown()
+        self._stream = None
+        self.context.close()
+
+
+def _epoch_loader(loader: Any, context: PyTorchTrialContext, where: str, training: bool) -> Any:
+    """The per-epoch factory for ``loader`` (a searchlab or, if allowed, a torch DataLoader)."""
+    dist = context.distributed
+    if isinstance(loader, DataLoader):
+        return loader.build(
+            seed=context.get_trial_seed(), num_replicas=dist.size, rank=dist.rank, training=training
+        )
+    if isinstance(loader, torch.utils.data.DataLoader):
+        if not context._allow_torch_loaders:
+            raise TrialDefinitionError(
+                f"{where} returned a torch.utils.data.DataLoader; return "
+                "searchlab.pytorch.DataLoader (same arguments) so that data order, sharding and "
+                "resume are exact, or call context.experimental."
+                "disable_dataset_reproducibility_checks() in __init__ to use it as is"
+            )
+        return _TorchLoader(loader)
+    raise TrialDefinitionError(
+        f"{where} returned {type(loader).__name__}; it must return a searchlab.pytorch.DataLoader"
+    )
+
+
+class _TorchLoader:
+    """A user's own torch DataLoader: resume skips batches by iterating past them."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader[Any]) -> None:
+        self._loader = loader
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def loader_for(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
+        sampler = getattr(self._loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        it = iter(self._loader)
+        for _ in range(skip_batches):
+            next(it, None)
+        return it

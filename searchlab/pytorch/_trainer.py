@@ -1,0 +1,267 @@
+"""The local ``Trainer`` for notebooks and scripts, and loading trials from checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib
+import logging
+import os
+import pathlib
+import random
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from searchlab.errors import TrialDefinitionError
+from searchlab.pytorch._checkpoint import load_checkpoint, save_checkpoint_dir
+from searchlab.pytorch._context import PyTorchTrialContext
+from searchlab.pytorch._distributed import DistributedContext
+from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
+from searchlab.pytorch._state import restore_trial_state
+from searchlab.pytorch._trial import PyTorchTrial
+from searchlab.pytorch._units import TrainUnit
+
+__all__ = [
+    "MetricsReporter",
+    "Trainer",
+    "init",
+    "load_trial_class",
+    "load_trial_from_checkpoint_path",
+    "seed_everything",
+]
+
+logger = logging.getLogger("searchlab")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global RNGs (as each trial starts)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def init(
+    *,
+    hparams: dict[str, Any] | None = None,
+    exp_conf: dict[str, Any] | None = None,
+    distributed: DistributedContext | None = None,
+    aggregation_frequency: int = 1,
+    enable_tensorboard_logging: bool = True,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    seed: int | None = None,
+) -> Iterator[PyTorchTrialContext]:
+    """A ``PyTorchTrialContext`` for training in this process, as ``determined.pytorch.init``.
+
+    Example:
+        >>> with init(hparams={"lr": 0.1, "global_batch_size": 32}, checkpoint_dir="ckpts") as ctx:
+        ...     Trainer(MyTrial(ctx), ctx).fit(max_length=Batch(100), validation_period=Batch(50))
+    """
+    exp_conf = dict(exp_conf or {})
+    if seed is None:
+        seed = int((exp_conf.get("reproducibility") or {}).get("experiment_seed") or 0)
+    if distributed is None:
+        distributed = DistributedContext.from_torch_env()
+    _init_process_group(distributed)
+    ckpt_dir = pathlib.Path(checkpoint_dir or _default_checkpoint_dir())
+    logger.info("searchlab: checkpoints go to %s", ckpt_dir.resolve())
+    seed_everything(seed)
+    context = PyTorchTrialContext(
+        hparams if hparams is not None else dict(exp_conf.get("hyperparameters") or {}),
+        exp_conf=exp_conf,
+        distributed=distributed,
+        trial_seed=seed,
+        aggregation_frequency=aggregation_frequency,
+        tensorboard_path=ckpt_dir / "tensorboard",
+    )
+    context._checkpoint_dir = ckpt_dir  # type: ignore[attr-defined]
+    context._enable_tensorboard = enable_tensorboard_logging  # type: ignore[attr-defined]
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def _default_checkpoint_dir() -> pathlib.Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return pathlib.Path.cwd() / "searchlab-checkpoints" / f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def _init_process_group(distributed: DistributedContext) -> None:
+    if distributed.size > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        torch.distributed.init_process_group(backend)
+
+
+class MetricsReporter(Protocol):
+    """Where the trainer's reports go: logs here, Ray Tune in an experiment."""
+
+    def report(self, report: Report) -> None: ...
+
+    def checkpoint_saved(self, path: pathlib.Path, report: Report) -> None: ...
+
+
+class _LogReporter:
+    def report(self, report: Report) -> None:
+        if report.group:
+            shown = ", ".join(f"{k}={v:.6g}" for k, v in sorted(report.metrics.items()))
+            logger.info("batch %d %s: %s", report.batches, report.group, shown)
+
+    def checkpoint_saved(self, path: pathlib.Path, report: Report) -> None:
+        logger.info("batch %d: checkpoint %s", report.batches, path)
+
+
+class Trainer:
+    """Trains a trial in this process: ``fit()`` to a length, checkpointing as it goes.
+
+    Example:
+        >>> with searchlab.pytorch.init(hparams=hp, checkpoint_dir="ckpts") as ctx:
+        ...     trainer = Trainer(MyTrial(ctx), ctx)
+        ...     path = trainer.fit(max_length=Batch(40), validation_period=Batch(20))
+        ...     trainer.fit(max_length=Batch(80), latest_checkpoint=path)  # later, anywhere
+    """
+
+    def __init__(
+        self,
+        trial: PyTorchTrial,
+        context: PyTorchTrialContext | None = None,
+        reporter: MetricsReporter | None = None,
+    ) -> None:
+        self.trial = trial
+        self.context = context or getattr(trial, "context", None)
+        if not isinstance(self.context, PyTorchTrialContext):
+            raise TrialDefinitionError(
+                "Trainer(trial, context) needs the context the trial was built with"
+            )
+        self.reporter = reporter or _LogReporter()
+        self.reports: list[Report] = []
+        self._loop: TrialLoop | None = None
+        self._latest: pathlib.Path | None = None
+
+    def fit(
+        self,
+        checkpoint_period: TrainUnit | None = None,
+        validation_period: TrainUnit | None = None,
+        max_length: TrainUnit | None = None,
+        reporting_period: TrainUnit | None = None,
+        checkpoint_policy: str = "best",
+        latest_checkpoint: str | os.PathLike[str] | None = None,
+        step_zero_validation: bool = False,
+        test_mode: bool = False,
+    ) -> str | None:
+        """Train to ``max_length``; returns the newest checkpoint directory (or None)."""
+        conf = self.context.get_experiment_config()  # type: ignore[union-attr]
+        searcher = conf.get("searcher") or {}
+        if max_length is None:
+            if "max_length" not in searcher:
+                raise ValueError("fit() needs max_length, e.g. max_length=Batch(100) or Epoch(1)")
+            max_length = TrainUnit.coerce(searcher["max_length"])
+        if checkpoint_policy not in ("best", "all", "none"):
+            raise ValueError(
+                f"checkpoint_policy is {checkpoint_policy!r}, but must be 'best', 'all' or 'none'"
+            )
+        settings = LoopSettings(
+            scheduling_unit=int(conf.get("scheduling_unit") or 100),
+            validation_period=validation_period,
+            checkpoint_period=checkpoint_period,
+            checkpoint_policy=checkpoint_policy,
+            searcher_metric=searcher.get("metric"),
+            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            perform_initial_validation=step_zero_validation,
+            test_mode=test_mode,
+        )
+        loop = self._loop_with(settings)
+        if reporting_period is not None:
+            settings.scheduling_unit = max(loop.to_batches(reporting_period), 1)
+        if latest_checkpoint is not None:
+            state, _ = load_checkpoint(latest_checkpoint)
+            loop.load_state_dict(state, checkpoint_uuid=pathlib.Path(latest_checkpoint).name)
+            self._latest = pathlib.Path(latest_checkpoint)
+        loop.target = loop.to_batches(max_length)
+        for report in loop.run():
+            self.reports.append(report)
+            self.reporter.report(report)
+            if report.checkpoint:
+                self._latest = self._save(loop, report)
+        return str(self._latest) if self._latest is not None else None
+
+    def _loop_with(self, settings: LoopSettings) -> TrialLoop:
+        if self._loop is None:
+            self._loop = TrialLoop(self.trial, self.context, settings)  # type: ignore[arg-type]
+        else:
+            self._loop.settings = settings
+            self._loop.validator._settings = settings
+        return self._loop
+
+    def _save(self, loop: TrialLoop, report: Report) -> pathlib.Path:
+        root = getattr(self.context, "_checkpoint_dir", None) or _default_checkpoint_dir()
+        name = f"ckpt-b{loop.batches_trained:08d}-{uuid.uuid4().hex[:8]}"
+        path = save_checkpoint_dir(root, name, loop.state_dict(), loop.metadata())
+        loop.checkpoint_written(path)
+        self.reporter.checkpoint_saved(path, report)
+        return path
+
+
+def load_trial_class(spec: str, model_dir: str | os.PathLike[str] | None = None) -> type[PyTorchTrial]:
+    """Import ``module:Class`` (with ``model_dir`` on ``sys.path``)."""
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise TrialDefinitionError(f"trial class {spec!r} must have the form `module:Class`")
+    if model_dir is not None and str(model_dir) not in sys.path:
+        sys.path.insert(0, str(model_dir))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TrialDefinitionError(
+            f"cannot import module {module_name!r} of {spec!r} from {model_dir or os.getcwd()}: "
+            f"{exc}; check the entrypoint and the model directory"
+        ) from exc
+    obj: Any = module
+    for part in class_name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise TrialDefinitionError(
+                f"module {module_name!r} has no class {class_name!r}; check the entrypoint"
+            )
+    if not (isinstance(obj, type) and issubclass(obj, PyTorchTrial)):
+        raise TrialDefinitionError(
+            f"{spec} is not a subclass of searchlab.pytorch.PyTorchTrial; derive it from PyTorchTrial"
+        )
+    return obj
+
+
+def load_trial_from_checkpoint_path(
+    path: str | os.PathLike[str],
+    trial_class: type[PyTorchTrial] | None = None,
+    trial_kwargs: dict[str, Any] | None = None,
+    hparams: dict[str, Any] | None = None,
+) -> PyTorchTrial:
+    """The trial of a checkpoint, rebuilt with its trained weights (on CPU unless a GPU is there).
+
+    Example:
+        >>> trial = load_trial_from_checkpoint_path(results.best_checkpoint())
+        >>> trial.model.eval()
+    """
+    state, meta = load_checkpoint(path)
+    if trial_class is None:
+        if "trial_class" not in meta:
+            raise TrialDefinitionError(
+                f"{path}: the checkpoint does not name its trial class; pass trial_class="
+            )
+        trial_class = load_trial_class(meta["trial_class"], meta.get("model_dir"))
+    with init(
+        hparams=hparams if hparams is not None else meta.get("hparams", {}),
+        checkpoint_dir=pathlib.Path(path).parent,
+        distributed=DistributedContext(),
+        seed=int(meta.get("trial_seed") or 0),
+    ) as context:
+        trial = trial_class(context, **(trial_kwargs or {}))  # type: ignore[call-arg]
+        callbacks = trial.build_callbacks()
+        restore_trial_state(state, context, dict(callbacks), restore_rng=False)
+    return trial
+

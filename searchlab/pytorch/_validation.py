@@ -1,0 +1,139 @@
+"""Running a trial's validation and reducing its metrics."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from searchlab.errors import TrialDefinitionError
+from searchlab.pytorch._callback import PyTorchCallback
+from searchlab.pytorch._context import PyTorchTrialContext
+from searchlab.pytorch._metrics import check_metrics, reduce_validation, to_float
+from searchlab.pytorch._trial import PyTorchTrial
+
+if TYPE_CHECKING:
+    from searchlab.pytorch._loop import LoopSettings
+
+__all__ = ["Validator"]
+
+
+def _overrides(trial: PyTorchTrial, name: str) -> bool:
+    return getattr(type(trial), name) is not getattr(PyTorchTrial, name)
+
+
+class Validator:
+    """Validates a trial with ``evaluate_batch`` or ``evaluate_full_dataset``."""
+
+    def __init__(
+        self,
+        trial: PyTorchTrial,
+        context: PyTorchTrialContext,
+        settings: LoopSettings,
+        callbacks: dict[str, PyTorchCallback],
+    ) -> None:
+        by_batch, full = _overrides(trial, "evaluate_batch"), _overrides(trial, "evaluate_full_dataset")
+        name = type(trial).__name__
+        if by_batch == full:
+            which = "both" if by_batch else "neither"
+            raise TrialDefinitionError(
+                f"{name} defines {which} of evaluate_batch() and evaluate_full_dataset(); "
+                "define exactly one"
+            )
+        self._trial, self._context, self._settings = trial, context, settings
+        self._callbacks = callbacks
+        self._full = full
+        self._pass_batch_idx = by_batch and len(inspect.signature(trial.evaluate_batch).parameters) >= 2
+        self._loader: Any = None
+
+    def _data(self) -> Any:
+        if self._loader is None:
+            from searchlab.pytorch._loop import _epoch_loader
+
+            spec = self._trial.build_validation_data_loader()
+            where = f"{type(self._trial).__name__}.build_validation_data_loader()"
+            self._loader = _epoch_loader(spec, self._context, where, training=False)
+        return self._loader
+
+    def validate(self) -> dict[str, float]:
+        ctx = self._context
+        for cb in self._callbacks.values():
+            cb.on_validation_start()
+            cb.on_validation_epoch_start()
+        for reducer, _, _, for_validation in ctx._reducers:
+            if for_validation:
+                reducer.reset()
+        modes = [m.training for m in ctx.models]
+        for m in ctx.models:
+            m.eval()
+        try:
+            with torch.no_grad(), ctx._amp.autocast(ctx.device):
+                metrics = self._full_dataset() if self._full else self._by_batch()
+        finally:
+            for m, mode in zip(ctx.models, modes):
+                m.train(mode)
+        metrics.update(self.reducer_metrics(training=False))
+        self._check_searcher_metric(metrics)
+        if ctx.distributed.rank == 0:
+            for cb in self._callbacks.values():
+                cb.on_validation_end(metrics)
+                cb.on_validation_epoch_end([])
+        return metrics
+
+    def _by_batch(self) -> dict[str, float]:
+        ctx, trial = self._context, self._trial
+        per_batch: dict[str, list[Any]] = {}
+        loader = self._data().loader_for(0, 0)
+        limit = 1 if self._settings.test_mode else None
+        for idx, batch in enumerate(loader):
+            if limit is not None and idx >= limit:
+                break
+            if ctx._auto_to_device:
+                batch = ctx.to_device(batch)
+            out = trial.evaluate_batch(batch, idx) if self._pass_batch_idx else trial.evaluate_batch(batch)  # type: ignore[call-arg]
+            out = check_metrics(out, f"{type(trial).__name__}.evaluate_batch()")
+            for k, v in out.items():
+                per_batch.setdefault(k, []).append(v.detach().reshape(()) if isinstance(v, torch.Tensor) else v)
+        values = {
+            k: torch.stack([torch.as_tensor(x, dtype=torch.float64).cpu() for x in v]).tolist()
+            for k, v in per_batch.items()
+        }
+        return reduce_validation(values, trial.evaluation_reducer(), ctx.distributed)
+
+    def _full_dataset(self) -> dict[str, float]:
+        ctx = self._context
+        metrics: dict[str, float] = {}
+        if ctx.distributed.rank == 0:
+            out = self._trial.evaluate_full_dataset(self._data().loader_for(0, 0))
+            out = check_metrics(out, f"{type(self._trial).__name__}.evaluate_full_dataset()")
+            metrics = {k: to_float(v) for k, v in out.items()}
+        return dict(ctx.distributed.broadcast(metrics))
+
+    def reducer_metrics(self, *, training: bool) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for reducer, name, for_training, for_validation in self._context._reducers:
+            if not (for_training if training else for_validation):
+                continue
+            gathered = self._context.distributed.allgather(reducer.per_slot_reduce())
+            value = reducer.cross_slot_reduce(gathered)
+            reducer.reset()
+            if name is None:
+                if not isinstance(value, dict):
+                    raise TrialDefinitionError(
+                        f"{type(reducer).__name__}.cross_slot_reduce() returned "
+                        f"{type(value).__name__}; without a name, wrap_reducer() needs a dict of metrics"
+                    )
+                out.update({k: to_float(v) for k, v in value.items()})
+            else:
+                out[name] = to_float(value)
+        return out
+
+    def _check_searcher_metric(self, metrics: dict[str, float]) -> None:
+        name = self._settings.searcher_metric
+        if name is not None and name not in metrics:
+            raise TrialDefinitionError(
+                f"the searcher metric {name!r} is not among the validation metrics "
+                f"{sorted(metrics)} that {type(self._trial).__name__} reported; return it from "
+                "evaluate_batch()/evaluate_full_dataset() or change searcher.metric"
+            )
