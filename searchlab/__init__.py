@@ -15,13 +15,18 @@ from searchlab.errors import (
     SearchlabError,
     TrialDefinitionError,
 )
+from searchlab.experiment import run
+from searchlab.results import Results, load_results
 
 __all__ = [
     "CheckpointError",
     "ConfigError",
     "InvalidHP",
+    "Results",
     "SearchlabError",
     "TrialDefinitionError",
+    "load_results",
+    "run",
 ]
 
 __version__ = "0.1.0"

@@ -1,8 +1,9 @@
 """Checkpoint directories: ``state-dict.pth`` plus ``metadata.json``, written atomically.
 
 Format versions:
-  1. Determined's layout: ``state_dict.pth`` (underscore) and ``metadata.json`` with
-     ``steps_completed``; read only.
+  1. Determined's layout: ``state_dict.pth`` (underscore; older releases put it under
+     ``determined/``), ``metadata.json`` with ``steps_completed`` and ``load_data.json`` with
+     the trial class and hyperparameters; read only, upgraded to format 2 as it is loaded.
   2. searchlab's: ``state-dict.pth`` holding the trial position (``batches_trained``,
      ``epochs_trained``) and ``trainer_state``, and ``metadata.json`` with ``format_version``.
 """
@@ -34,6 +35,14 @@ FORMAT_VERSION = 2
 STATE_FILE = "state-dict.pth"
 DETERMINED_STATE_FILE = "state_dict.pth"
 METADATA_FILE = "metadata.json"
+DETERMINED_LOAD_DATA = "load_data.json"
+_STATE_PATHS = (STATE_FILE, DETERMINED_STATE_FILE, f"determined/{DETERMINED_STATE_FILE}")
+# Determined's single-object keys of its oldest checkpoints, and their list-valued successors.
+_LEGACY_KEYS = {
+    "model_state_dict": "models_state_dict",
+    "optimizer_state_dict": "optimizers_state_dict",
+    "lr_scheduler": "lr_schedulers_state_dict",
+}
 
 
 def write_checkpoint_files(
@@ -80,8 +89,8 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], 
         CheckpointError: no state file, or one that cannot be read (truncated, corrupt).
     """
     directory = pathlib.Path(directory)
-    metadata = _read_metadata(directory)
-    for name in (STATE_FILE, DETERMINED_STATE_FILE):
+    metadata = _read_json(directory / METADATA_FILE)
+    for name in _STATE_PATHS:
         path = directory / name
         if path.is_file():
             break
@@ -94,21 +103,45 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], 
         # weights_only=False: checkpoints hold numpy and Python RNG states; they are the
         # user's own files, written by searchlab or Determined.
         state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
+    except Exception as exc:  # any unpickling failure means a bad file
         raise CheckpointError(
             f"{path}: cannot be read ({type(exc).__name__}: {exc}); the file is truncated or "
             "corrupt, resume from an earlier checkpoint"
         ) from exc
-    if not isinstance(state, dict) or "models_state_dict" not in state:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: holds {type(state).__name__}, not a trial's state dict")
+    if "batches_trained" not in state:
+        _upgrade_determined(state, metadata, directory)
+    if "models_state_dict" not in state:
         raise CheckpointError(f"{path}: has no `models_state_dict`; it was not written by a trial")
-    if "batches_trained" not in state:  # format 1 (Determined)
-        state["batches_trained"] = int(metadata.get("steps_completed", 0))
-        metadata.setdefault("format_version", 1)
     return state, metadata
 
 
-def _read_metadata(directory: pathlib.Path) -> dict[str, Any]:
-    path = directory / METADATA_FILE
+def _upgrade_determined(
+    state: dict[str, Any], metadata: dict[str, Any], directory: pathlib.Path
+) -> None:
+    """Determined's state dict and metadata (format 1) in searchlab's layout, in place."""
+    for old, new in _LEGACY_KEYS.items():
+        if old in state and new not in state:
+            state[new] = [state.pop(old)]
+    if isinstance(state.get("scaler_state_dict"), Mapping):  # Determined saved one GradScaler
+        state["scaler_state_dict"] = [state["scaler_state_dict"]]
+    rng = state.get("rng_state")
+    if isinstance(rng, dict):
+        if "random_rng_state" in rng:
+            rng.setdefault("random_state", rng.pop("random_rng_state"))
+        if isinstance(rng.get("gpu_rng_state"), torch.Tensor):  # one device's state
+            rng["gpu_rng_state"] = [rng["gpu_rng_state"]]
+    state["batches_trained"] = int(metadata.get("steps_completed", 0))
+    load_data = _read_json(directory / DETERMINED_LOAD_DATA)
+    if load_data.get("trial_cls_spec"):
+        metadata.setdefault("trial_class", load_data["trial_cls_spec"])
+    if isinstance(load_data.get("hparams"), dict):
+        metadata.setdefault("hparams", load_data["hparams"])
+    metadata.setdefault("format_version", 1)
+
+
+def _read_json(path: pathlib.Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:

@@ -73,7 +73,9 @@ class PyTorchTrialContext:
         self._hparams = dict(hparams)
         self._exp_conf = dict(exp_conf or {})
         self.distributed = distributed or DistributedContext()
-        self.device = torch.device(device) if device is not None else _default_device(self.distributed)
+        self.device = (
+            torch.device(device) if device is not None else _default_device(self.distributed)
+        )
         self._trial_seed = trial_seed
         self._trial_id = trial_id
         self._experiment_id = experiment_id
@@ -98,7 +100,7 @@ class PyTorchTrialContext:
         self._current_batch = 0
         self._current_epoch = 0
         self._epoch_len: int | None = None
-        self._passes = 0
+        self._stepped_this_batch = False
 
     # -- hyperparameters and config ---------------------------------------------------
     def get_hparams(self) -> dict[str, Any]:
@@ -131,9 +133,7 @@ class PyTorchTrialContext:
                 stacklevel=2,
             )
         if gbs < size:
-            raise ValueError(
-                f"global_batch_size is {gbs}, but must be >= slots_per_trial ({size})"
-            )
+            raise ValueError(f"global_batch_size is {gbs}, but must be >= slots_per_trial ({size})")
         return gbs // size
 
     def get_experiment_config(self) -> dict[str, Any]:
@@ -256,9 +256,22 @@ class PyTorchTrialContext:
         loss = self._amp.scale(loss)
         loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
 
+    def _passes(self, optimizer: torch.optim.Optimizer) -> int:
+        return max(self._passes_per_step.get(id(optimizer), 1), self._aggregation_frequency)
+
+    def _update_period(self) -> int:
+        """Batches per optimizer update (the longest gradient accumulation of any optimizer)."""
+        return max([self._aggregation_frequency, *self._passes_per_step.values()])
+
     def _should_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        passes = max(self._passes_per_step.get(id(optimizer), 1), self._aggregation_frequency)
-        return (self._current_batch + 1) % passes == 0
+        return (self._current_batch + 1) % self._passes(optimizer) == 0
+
+    def _end_batch(self) -> None:
+        """After ``train_batch``: one ``update()`` of the automatic AMP scaler per stepped batch."""
+        # GradScaler expects one update() after all step(opt) calls of an iteration.
+        if self._stepped_this_batch and self._amp.auto_scaler is not None:
+            self._amp.auto_scaler.update()
+        self._stepped_this_batch = False
 
     def step_optimizer(
         self,
@@ -274,7 +287,9 @@ class PyTorchTrialContext:
             clip_grads: ``fn(parameters)`` run on the gradients before the step, e.g.
                 ``lambda p: torch.nn.utils.clip_grad_norm_(p, 1.0)``.
             auto_zero_grads: zero the gradients after the step.
-            scaler: the ``GradScaler`` given to ``wrap_scaler`` when you manage AMP yourself.
+            scaler: the ``GradScaler`` given to ``wrap_scaler`` when you manage AMP yourself;
+                as in Determined, call ``scaler.update()`` yourself after the optimizer steps
+                of a batch.
         """
         if id(optimizer) not in self._passes_per_step:
             raise RuntimeError(
@@ -283,7 +298,7 @@ class PyTorchTrialContext:
             )
         if not self._should_step(optimizer):
             return
-        passes = max(self._passes_per_step[id(optimizer)], self._aggregation_frequency)
+        passes = self._passes(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"]]
         scaler = scaler or self._amp.auto_scaler
         if scaler is not None:
@@ -299,13 +314,14 @@ class PyTorchTrialContext:
                 cb.on_before_optimizer_step(params)
         if scaler is not None:
             scaler.step(optimizer)
-            scaler.update()
         else:
             optimizer.step()
         if auto_zero_grads:
             optimizer.zero_grad(set_to_none=True)
+        self._stepped_this_batch = True
         for sched in self.lr_schedulers:
-            sched._tick(LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP)
+            if sched._steps_with(optimizer):
+                sched._tick(LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP)
 
     # -- TensorBoard ------------------------------------------------------------------
     def get_tensorboard_path(self) -> pathlib.Path:

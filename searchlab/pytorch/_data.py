@@ -96,7 +96,9 @@ class DataLoader:
         self, *, seed: int, num_replicas: int = 1, rank: int = 0, training: bool = True
     ) -> _EpochLoader:
         """The per-epoch loader factory the trainer uses."""
-        return _EpochLoader(self, seed=seed, num_replicas=num_replicas, rank=rank, training=training)
+        return _EpochLoader(
+            self, seed=seed, num_replicas=num_replicas, rank=rank, training=training
+        )
 
     def get_data_loader(
         self, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
@@ -119,14 +121,16 @@ class _EpochLoader:
     ) -> None:
         self._spec = spec
         self._seed = seed
+        self._own_generator: torch.Generator | None = None
         if spec.batch_sampler is not None:
             self._sampler: EpochSampler | None = None
             self._batches: Sampler[list[int]] = spec.batch_sampler
         else:
             base = spec._base_sampler(seed)
             if isinstance(base, RandomSampler) and base.generator is None:
-                # torch's RandomSampler draws from the global RNG: give it its own stream.
-                base.generator = torch.Generator().manual_seed(seed)
+                # torch's RandomSampler draws from the global RNG: give it its own stream,
+                # reseeded per epoch so that a resumed run draws the same order.
+                self._own_generator = base.generator = torch.Generator()
             self._sampler = EpochSampler(base, num_replicas, rank, pad=training)
             assert spec.batch_size is not None
             self._batches = BatchSampler(self._sampler, spec.batch_size, spec.drop_last)
@@ -138,6 +142,8 @@ class _EpochLoader:
     def loader_for(self, epoch: int, skip_batches: int = 0) -> torch.utils.data.DataLoader[Any]:
         """The torch loader yielding batches ``skip_batches..`` of ``epoch``."""
         batch_sampler: Any = self._batches
+        if self._own_generator is not None:
+            self._own_generator.manual_seed(self._seed * 1_000_003 + epoch)
         if self._sampler is not None:
             self._sampler.set_position(epoch, skip_batches * (self._spec.batch_size or 1))
         elif skip_batches:

@@ -93,6 +93,7 @@ class TrialLoop:
                 "the dataset is not empty and batch_size/drop_last leave at least one batch"
             )
         context._epoch_len = self.epoch_len
+        self._where_train = f"{type(trial).__name__}.train_batch()"
         self.validator = Validator(trial, context, settings, self.callbacks)
         self.batches_trained = 0
         self.target = 0
@@ -101,7 +102,8 @@ class TrialLoop:
         self._best: float | None = None
         self._last_validation_batch = -1
         self._stream: Iterator[Any] | None = None
-        self._started = False
+        self._started = False  # on_trial_startup ran
+        self._training = False  # on_training_start ran
         self._checkpoint_uuid: str | None = None
 
     # -- lengths -----------------------------------------------------------------------
@@ -133,13 +135,14 @@ class TrialLoop:
             b, stop = self.batches_trained, self.context.get_stop_requested()
             at_end = b >= self.target or stop
             periodic_ckpt = bool(checkpoint_every) and b % checkpoint_every == 0
-            end_ckpt = at_end and (s.checkpoint_policy != "none" or stop or s.test_mode)
             reports: list[Report] = []
             if b % s.scheduling_unit == 0 or at_end:
                 reports.append(self._training_report())
             if (validation_every and b % validation_every == 0) or (at_end and not stop):
                 reports.append(self._validation_report(checkpoint=False, done=False))
-            wants_ckpt = periodic_ckpt or end_ckpt or any(r.checkpoint for r in reports)
+            # As in Determined, every policy (`none` included) checkpoints where training ends;
+            # the policy only says which validations also checkpoint.
+            wants_ckpt = periodic_ckpt or at_end or any(r.checkpoint for r in reports)
             if wants_ckpt and not reports:
                 reports.append(Report(None, {}, b, self.epochs))
             if reports:
@@ -150,14 +153,19 @@ class TrialLoop:
             if stop:
                 return
 
+    def _startup(self, first_batch: int) -> None:
+        if not self._started:
+            self._started = True
+            for cb in self.callbacks.values():
+                cb.on_trial_startup(first_batch, self._checkpoint_uuid)
+
     def _start(self) -> None:
         for model in self.context.models:
             model.train()
-        if self._started:
+        if self._training:
             return
-        self._started = True
-        for cb in self.callbacks.values():
-            cb.on_trial_startup(self.batches_trained, self._checkpoint_uuid)
+        self._startup(self.batches_trained)
+        self._training = True
         for cb in self.callbacks.values():
             cb.on_training_start()
 
@@ -181,13 +189,19 @@ class TrialLoop:
         ctx._current_batch, ctx._current_epoch = b, epoch_idx
         with ctx._amp.autocast(ctx.device):
             out = self.trial.train_batch(batch, epoch_idx, b)
-        metrics = check_metrics(out, f"{type(self.trial).__name__}.train_batch()")
+        ctx._end_batch()
+        metrics = check_metrics(out, self._where_train)
         self._window.append(
             {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
         )
         self.batches_trained = b + 1
-        for sched in ctx.lr_schedulers:
-            sched._tick(LRScheduler.StepMode.STEP_EVERY_BATCH)
+        period = ctx._update_period()
+        if (b + 1) % period == 0:
+            # As in Determined: per-batch schedulers step only with the optimizer, catching
+            # up on the batches it accumulated, so the LR of an update is that of its first batch.
+            for sched in ctx.lr_schedulers:
+                for _ in range(period):
+                    sched._tick(LRScheduler.StepMode.STEP_EVERY_BATCH)
         if in_epoch == self.epoch_len - 1:
             for sched in ctx.lr_schedulers:
                 sched._tick(LRScheduler.StepMode.STEP_EVERY_EPOCH)
@@ -260,6 +274,9 @@ class TrialLoop:
 
     def load_state_dict(self, state: dict[str, Any], checkpoint_uuid: str | None = None) -> None:
         """Continue from a checkpoint's state: weights, optimizers, RNG, position."""
+        # Determined's order: on_trial_startup (with the checkpoint), then the load hooks.
+        self._checkpoint_uuid = checkpoint_uuid
+        self._startup(int(state.get("batches_trained", 0)))
         for cb in self.callbacks.values():
             cb.on_checkpoint_load_start(state)
         restore_trial_state(state, self.context, self.callbacks)
@@ -272,12 +289,18 @@ class TrialLoop:
         self._last_validation_batch = int(trainer_state.get("last_validation_batch", -1))
         self.last_validation = dict(trainer_state.get("last_validation", {}))
         self._stream = None
-        self._checkpoint_uuid = checkpoint_uuid
 
-    def close(self) -> None:
+    def shutdown(self) -> None:
+        """End this run: ``on_trial_shutdown``; a later ``run()`` starts up again."""
+        if not self._started:
+            return
+        self._started = self._training = False
+        self._stream = None
         for cb in self.callbacks.values():
             cb.on_trial_shutdown()
-        self._stream = None
+
+    def close(self) -> None:
+        self.shutdown()
         self.context.close()
 
 
@@ -312,9 +335,9 @@ class _TorchLoader:
         return len(self._loader)
 
     def loader_for(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
-        sampler = getattr(self._loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
+        set_epoch = getattr(getattr(self._loader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
         it = iter(self._loader)
         for _ in range(skip_batches):
             next(it, None)

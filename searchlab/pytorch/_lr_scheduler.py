@@ -68,6 +68,12 @@ class LRScheduler:
         else:  # Determined's checkpoints hold the torch scheduler's own state dict
             self._scheduler.load_state_dict(state)
 
+    def _steps_with(self, optimizer: Any) -> bool:
+        """Whether a step of ``optimizer`` counts for ``STEP_EVERY_OPTIMIZER_STEP``."""
+        # A scheduler follows its own optimizer, so two optimizers don't double-step it.
+        owner = getattr(self._scheduler, "optimizer", None)
+        return owner is None or owner is optimizer
+
     def _tick(self, mode: LRScheduler.StepMode) -> None:
         """Called by the trainer at each event of ``mode``; steps every ``frequency`` events."""
         if mode is not self._step_mode:

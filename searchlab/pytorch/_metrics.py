@@ -31,8 +31,15 @@ def check_metrics(metrics: Any, where: str) -> dict[str, Any]:
                     f"{where} returned metric {name!r} with shape {tuple(value.shape)}; metrics "
                     "must be scalars: reduce it (e.g. `.mean()`) or use a MetricReducer"
                 )
-        elif isinstance(value, (int, float)) or hasattr(value, "item"):
+        elif isinstance(value, (int, float)):
             continue
+        elif hasattr(value, "item"):  # numpy scalars and arrays
+            if getattr(value, "size", 1) != 1:
+                raise TrialDefinitionError(
+                    f"{where} returned metric {name!r} with shape "
+                    f"{tuple(getattr(value, 'shape', ()))}; metrics must be scalars: reduce it "
+                    "(e.g. `.mean()`) or use a MetricReducer"
+                )
         else:
             raise TrialDefinitionError(
                 f"{where} returned metric {name!r} of type {type(value).__name__}; metrics must "

@@ -57,6 +57,16 @@ def capture_trial_state(
     }
 
 
+def _load_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    # Determined saved DDP-wrapped models with their "module." prefix; searchlab saves the
+    # unwrapped model, so drop the prefix where the model itself has none.
+    prefix = "module."
+    if state and all(k.startswith(prefix) for k in state):
+        if not any(k.startswith(prefix) for k in model.state_dict()):
+            state = {k[len(prefix) :]: v for k, v in state.items()}
+    model.load_state_dict(state)
+
+
 def restore_trial_state(
     state: dict[str, Any],
     context: PyTorchTrialContext,
@@ -72,7 +82,7 @@ def restore_trial_state(
             f"{len(context.models)}; it was written by a different trial class"
         )
     for model, sd in zip(context.models, models):
-        _unwrap(model).load_state_dict(sd)
+        _load_model_state(_unwrap(model), sd)
     for opt, sd in zip(context.optimizers, state.get("optimizers_state_dict", [])):
         opt.load_state_dict(sd)
     for sched, sd in zip(context.lr_schedulers, state.get("lr_schedulers_state_dict", [])):

@@ -178,17 +178,35 @@ class Trainer:
         loop = self._loop_with(settings)
         if reporting_period is not None:
             settings.scheduling_unit = max(loop.to_batches(reporting_period), 1)
-        if latest_checkpoint is not None:
-            state, _ = load_checkpoint(latest_checkpoint)
-            loop.load_state_dict(state, checkpoint_uuid=pathlib.Path(latest_checkpoint).name)
-            self._latest = pathlib.Path(latest_checkpoint)
-        loop.target = loop.to_batches(max_length)
-        for report in loop.run():
-            self.reports.append(report)
-            self.reporter.report(report)
-            if report.checkpoint:
-                self._latest = self._save(loop, report)
+        # Each fit() is one run of the trial: on_trial_startup ... on_trial_shutdown.
+        try:
+            if latest_checkpoint is not None:
+                state, _ = load_checkpoint(latest_checkpoint)
+                loop.load_state_dict(state, checkpoint_uuid=pathlib.Path(latest_checkpoint).name)
+                self._latest = pathlib.Path(latest_checkpoint)
+            loop.target = loop.to_batches(max_length)
+            for report in loop.run():
+                self.reports.append(report)
+                self.reporter.report(report)
+                self._log_tensorboard(report)
+                if report.checkpoint:
+                    self._latest = self._save(loop, report)
+        finally:
+            loop.shutdown()
         return str(self._latest) if self._latest is not None else None
+
+    def _log_tensorboard(self, report: Report) -> None:
+        """Metrics into the context's TensorBoard writer, tagged as Determined tagged them."""
+        ctx = self.context
+        if not report.group or not getattr(ctx, "_enable_tensorboard", False):
+            return
+        if ctx.distributed.rank != 0:  # type: ignore[union-attr]
+            return
+        writer = ctx.get_tensorboard_writer()  # type: ignore[union-attr]
+        for name, value in report.metrics.items():
+            if report.group == "validation" and not name.startswith("val"):
+                name = f"val_{name}"
+            writer.add_scalar(f"Determined/{name}", value, report.batches)
 
     def _loop_with(self, settings: LoopSettings) -> TrialLoop:
         if self._loop is None:
@@ -207,7 +225,9 @@ class Trainer:
         return path
 
 
-def load_trial_class(spec: str, model_dir: str | os.PathLike[str] | None = None) -> type[PyTorchTrial]:
+def load_trial_class(
+    spec: str, model_dir: str | os.PathLike[str] | None = None
+) -> type[PyTorchTrial]:
     """Import ``module:Class`` (with ``model_dir`` on ``sys.path``)."""
     module_name, _, class_name = spec.partition(":")
     if not module_name or not class_name:
@@ -264,4 +284,3 @@ def load_trial_from_checkpoint_path(
         callbacks = trial.build_callbacks()
         restore_trial_state(state, context, dict(callbacks), restore_rng=False)
     return trial
-

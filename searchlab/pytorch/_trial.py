@@ -64,7 +64,9 @@ class PyTorchTrial(abc.ABC):
         """Metrics of one validation batch; reduced over the data set per ``evaluation_reducer``."""
         raise NotImplementedError
 
-    def evaluate_full_dataset(self, data_loader: torch.utils.data.DataLoader[Any]) -> dict[str, Any]:
+    def evaluate_full_dataset(
+        self, data_loader: torch.utils.data.DataLoader[Any]
+    ) -> dict[str, Any]:
         """Metrics of the whole validation set, computed by the trial itself."""
         raise NotImplementedError
 

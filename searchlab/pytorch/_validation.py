@@ -33,7 +33,10 @@ class Validator:
         settings: LoopSettings,
         callbacks: dict[str, PyTorchCallback],
     ) -> None:
-        by_batch, full = _overrides(trial, "evaluate_batch"), _overrides(trial, "evaluate_full_dataset")
+        by_batch, full = (
+            _overrides(trial, "evaluate_batch"),
+            _overrides(trial, "evaluate_full_dataset"),
+        )
         name = type(trial).__name__
         if by_batch == full:
             which = "both" if by_batch else "neither"
@@ -44,7 +47,9 @@ class Validator:
         self._trial, self._context, self._settings = trial, context, settings
         self._callbacks = callbacks
         self._full = full
-        self._pass_batch_idx = by_batch and len(inspect.signature(trial.evaluate_batch).parameters) >= 2
+        self._pass_batch_idx = (
+            by_batch and len(inspect.signature(trial.evaluate_batch).parameters) >= 2
+        )
         self._loader: Any = None
 
     def _data(self) -> Any:
@@ -91,10 +96,15 @@ class Validator:
                 break
             if ctx._auto_to_device:
                 batch = ctx.to_device(batch)
-            out = trial.evaluate_batch(batch, idx) if self._pass_batch_idx else trial.evaluate_batch(batch)  # type: ignore[call-arg]
+            if self._pass_batch_idx:
+                out = trial.evaluate_batch(batch, idx)
+            else:
+                out = trial.evaluate_batch(batch)  # type: ignore[call-arg]
             out = check_metrics(out, f"{type(trial).__name__}.evaluate_batch()")
             for k, v in out.items():
-                per_batch.setdefault(k, []).append(v.detach().reshape(()) if isinstance(v, torch.Tensor) else v)
+                per_batch.setdefault(k, []).append(
+                    v.detach().reshape(()) if isinstance(v, torch.Tensor) else v
+                )
         values = {
             k: torch.stack([torch.as_tensor(x, dtype=torch.float64).cpu() for x in v]).tolist()
             for k, v in per_batch.items()

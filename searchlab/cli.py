@@ -1,0 +1,103 @@
+"""The ``searchlab`` command line: run, results, preview."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from searchlab.errors import SearchlabError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="searchlab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an experiment config on Ray Tune")
+    run.add_argument("config", help="experiment YAML (Determined's format)")
+    run.add_argument(
+        "model_dir", nargs="?", help="directory of the entrypoint module (default: the config's)"
+    )
+    run.add_argument(
+        "--storage-path", help="where experiment directories go (default ./searchlab-results)"
+    )
+    run.add_argument("--name", help="experiment directory name (default: the config's name)")
+    run.add_argument(
+        "--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)"
+    )
+    run.add_argument(
+        "--config",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --config searcher.max_trials=8",
+    )
+    res = sub.add_parser("results", help="print the trials table of an experiment directory")
+    res.add_argument("experiment_dir")
+    res.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    res.add_argument("--metrics", action="store_true", help="print every metric report instead")
+    prev = sub.add_parser("preview", help="show the search plan of a config without running it")
+    prev.add_argument("config")
+    prev.add_argument("--json", action="store_true", help="print the plan as JSON")
+    prev.add_argument(
+        "--config", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            import searchlab
+
+            searchlab.run(
+                args.config,
+                model_dir=args.model_dir,
+                storage_path=args.storage_path,
+                address=args.address,
+                overrides=args.overrides,
+                name=args.name,
+            )
+        elif args.command == "results":
+            _print_results(args.experiment_dir, csv=args.csv, metrics=args.metrics)
+        elif args.command == "preview":
+            from searchers import preview_plan
+            from searchlab.config import load_experiment_config
+
+            plan = preview_plan(load_experiment_config(args.config, args.overrides))
+            print(
+                json.dumps(plan, indent=2)
+                if args.json
+                else plan["text"]
+                if "text" in plan
+                else plan
+            )
+    except SearchlabError as exc:
+        print(f"searchlab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("searchlab: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _print_results(experiment_dir: str, *, csv: bool, metrics: bool) -> None:
+    import pandas as pd
+
+    from searchlab.results import load_results
+
+    results = load_results(experiment_dir)
+    frame = results.metrics if metrics else results.trials
+    if csv:
+        print(frame.to_csv(index=False), end="")
+    else:
+        with pd.option_context("display.max_columns", None, "display.width", 200):
+            print(frame.to_string(index=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

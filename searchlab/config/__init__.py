@@ -1,0 +1,78 @@
+"""Experiment configs in Determined's YAML format, validated into typed models.
+
+Example:
+    >>> from searchlab.config import load_experiment_config
+    >>> cfg = load_experiment_config("const.yaml", ["searcher.max_length={batches: 100}"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from searchlab.config._hparams import (
+    HParamSpec,
+    HParamType,
+    parse_hyperparameters,
+    validate_hyperparameters,
+)
+from searchlab.config._length import ConfigFieldError, Length, LengthUnit
+from searchlab.config._loader import (
+    CLUSTER_ONLY_FIELDS,
+    IgnoredFieldWarning,
+    format_validation_error,
+    load_experiment_config,
+)
+from searchlab.config._model import (
+    CheckpointPolicy,
+    CheckpointStorageConfig,
+    EnvironmentConfig,
+    ExperimentConfig,
+    OptimizationsConfig,
+    ReproducibilityConfig,
+    ResourcesConfig,
+    StorageType,
+)
+from searchlab.config._searchers import (
+    SEARCHER_ALIASES,
+    AdaptiveASHAConfig,
+    AdaptiveMode,
+    AsyncHalvingConfig,
+    GridConfig,
+    RandomConfig,
+    SamplerName,
+    SearcherConfig,
+    SearcherName,
+    SingleConfig,
+    TimeMetric,
+)
+
+__all__ = [
+    "CLUSTER_ONLY_FIELDS",
+    "SEARCHER_ALIASES",
+    "AdaptiveASHAConfig",
+    "AdaptiveMode",
+    "AsyncHalvingConfig",
+    "CheckpointPolicy",
+    "CheckpointStorageConfig",
+    "ConfigFieldError",
+    "EnvironmentConfig",
+    "ExperimentConfig",
+    "GridConfig",
+    "HParamSpec",
+    "HParamType",
+    "IgnoredFieldWarning",
+    "Length",
+    "LengthUnit",
+    "OptimizationsConfig",
+    "RandomConfig",
+    "ReproducibilityConfig",
+    "ResourcesConfig",
+    "SamplerName",
+    "SearcherConfig",
+    "SearcherName",
+    "SingleConfig",
+    "StorageType",
+    "TimeMetric",
+    "format_validation_error",
+    "load_experiment_config",
+    "parse_hyperparameters",
+    "validate_hyperparameters",
+]

@@ -1,0 +1,156 @@
+"""Ray Tune adapters around a pure ``SearchMethod``: a gated searcher and a scheduler.
+
+Tune asks the searcher for new trials and the scheduler for what a running trial does next and
+which trial to start. Both share one ``SearchMethod``, so "promote a paused trial or start a new
+one" is decided in one place: the searcher answers "ask later" while a promotion is due, and the
+scheduler hands Tune the promoted trial before any new one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Any
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+
+from searchers._base import Action, ExitReason, SearchMethod
+from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY
+from searchlab.experiment._trainable import FATAL_KEY, INVALID_HP_KEY, LENGTH_KEY
+
+__all__ = ["GatedSearcher", "SearchScheduler"]
+
+_DECISIONS = {
+    Action.CONTINUE: TrialScheduler.CONTINUE,
+    Action.PAUSE: TrialScheduler.PAUSE,
+    Action.STOP: TrialScheduler.STOP,
+}
+
+
+class GatedSearcher(Searcher):
+    """Hands Tune the search method's new trials; None ("ask later") while promotions are due."""
+
+    def __init__(self, method: SearchMethod, metric: str, smaller_is_better: bool) -> None:
+        super().__init__(metric=metric, mode="min" if smaller_is_better else "max")
+        self.method = method
+        self.resume_queue: list[str] = []
+        self.trial_info: dict[str, dict[str, Any]] = {}
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        self._drain_resumes()
+        if self.resume_queue:
+            return None
+        start = self.method.start_trial(trial_id)
+        if start is None:
+            return Searcher.FINISHED if self.method.finished else None
+        info = {
+            "rung_ends": list(start.rung_ends),
+            "bracket": start.bracket,
+            "trial_seed": int(start.extra.get("trial_seed", 0)),
+        }
+        self.trial_info[trial_id] = info
+        return {HPARAMS_KEY: start.hparams, TRIAL_KEY: info}
+
+    def _drain_resumes(self) -> None:
+        while (nxt := self.method.next_resume()) is not None:
+            self.resume_queue.append(nxt[0])
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        if error:
+            self.method.trial_exited(trial_id, ExitReason.ERRORED)
+        elif result and result.get(INVALID_HP_KEY):
+            self.method.trial_exited(trial_id, ExitReason.INVALID_HP)
+        elif result and result.get(FATAL_KEY):
+            self.method.trial_exited(trial_id, ExitReason.ERRORED)
+        else:
+            self.method.trial_exited(trial_id, ExitReason.COMPLETED)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method.state_dict(),
+            "resume_queue": list(self.resume_queue),
+            "trial_info": self.trial_info,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.method.load_state_dict(state["method"])
+        self.resume_queue = list(state["resume_queue"])
+        self.trial_info = dict(state["trial_info"])
+
+    def save(self, checkpoint_path: str) -> None:
+        pathlib.Path(checkpoint_path).write_text(json.dumps(self.state_dict()))
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.load_state_dict(json.loads(pathlib.Path(checkpoint_path).read_text()))
+
+
+class SearchScheduler(FIFOScheduler):
+    """Turns rung results into CONTINUE/PAUSE/STOP and resumes promoted trials first."""
+
+    def __init__(self, searcher: GatedSearcher, smaller_is_better: bool) -> None:
+        super().__init__()
+        self._searcher = searcher
+        self._metric = searcher.metric
+        self._worst = math.inf if smaller_is_better else -math.inf
+        self._chosen: set[str] = set()
+
+    @property
+    def method(self) -> SearchMethod:
+        return self._searcher.method
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        if LENGTH_KEY not in result:
+            return TrialScheduler.CONTINUE
+        value = result.get(self._metric)
+        value = float(value) if value is not None else math.nan
+        if not math.isfinite(value):
+            value = self._worst  # NaN or inf: the worst possible result at this rung
+        decision = self.method.report(trial.trial_id, int(result[LENGTH_KEY]), value)
+        self._stop_closed(tune_controller)
+        if result.get("done"):
+            return TrialScheduler.CONTINUE  # the trial ends by itself at its last rung
+        return _DECISIONS[decision.action]
+
+    def _stop_closed(self, tune_controller: Any) -> None:
+        closed = set(self.method.closed_trials())
+        if not closed:
+            return
+        for trial in tune_controller.get_trials():
+            if trial.trial_id in closed and trial.status == Trial.PAUSED:
+                tune_controller.stop_trial(trial)
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
+        self._searcher._drain_resumes()
+        trials = {t.trial_id: t for t in tune_controller.get_trials()}
+        queue = self._searcher.resume_queue
+        for trial_id in list(queue):
+            trial = trials.get(trial_id)
+            if trial is None or trial.status in (Trial.TERMINATED, Trial.ERROR):
+                queue.remove(trial_id)
+            elif trial.status == Trial.PAUSED:
+                self._chosen.add(trial_id)
+                return trial
+            elif trial_id in self._chosen:
+                queue.remove(trial_id)  # staged by Tune already
+                self._chosen.discard(trial_id)
+        for trial in trials.values():
+            if trial.status == Trial.PENDING:
+                return trial
+        if self.method.finished and not queue:
+            for trial in trials.values():
+                if trial.status == Trial.PAUSED:
+                    tune_controller.stop_trial(trial)
+        return None
+
+    def debug_string(self) -> str:
+        return "searchlab scheduler"

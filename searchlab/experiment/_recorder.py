@@ -1,0 +1,229 @@
+"""Follows trials as Tune runs them: event lines, a progress table, and ``trials.json``.
+
+``trials.json`` in the experiment directory is rewritten (atomically) whenever a trial changes,
+so results can be read while an experiment runs or after its driver died.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+
+from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._trainable import FATAL_KEY, INVALID_HP_KEY, LENGTH_KEY, RUNG_KEY
+
+__all__ = ["TRIALS_FILE", "TrialRecorder"]
+
+TRIALS_FILE = "trials.json"
+_STATES = {
+    Trial.PENDING: "PENDING",
+    Trial.RUNNING: "RUNNING",
+    Trial.PAUSED: "PAUSED",
+    Trial.TERMINATED: "COMPLETED",
+    Trial.ERROR: "ERRORED",
+}
+
+
+class TrialRecorder(Callback):
+    """Keeps one record per trial and tells the user what happens, one line per event."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        experiment_dir: pathlib.Path,
+        echo: Callable[[str], None] = print,
+        table_every_s: float = 15.0,
+        rung_table: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._dir = experiment_dir
+        self._echo = echo
+        self._table_every_s = table_every_s
+        self._rung_table = rung_table
+        self._last_table = time.monotonic()
+        self.records: dict[str, dict[str, Any]] = {}
+        self._status: dict[str, str] = {}
+        self._dirty = False
+        self.fatal: str | None = None
+
+    # -- Tune hooks -----------------------------------------------------------------
+    def on_trial_start(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self._record(trial)
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
+        rec = self._record(trial)
+        rec["batches"] = int(result.get("batches", rec["batches"]))
+        if result.get(INVALID_HP_KEY):
+            rec["state"] = "INVALID_HP"
+            rec["error"] = f"InvalidHP: {result[INVALID_HP_KEY]}"
+            self._say(trial, f"raised InvalidHP ({result[INVALID_HP_KEY]}); it will be replaced")
+        if result.get(FATAL_KEY):
+            rec["error"] = result[FATAL_KEY]
+            self.fatal = self.fatal or str(result[FATAL_KEY])
+        if result.get("group") == "validation" and self._spec.metric in result:
+            self._on_validation(trial, rec, result)
+        self._dirty = True
+
+    def _on_validation(self, trial: Trial, rec: dict[str, Any], result: dict[str, Any]) -> None:
+        value = float(result[self._spec.metric])
+        rec["last_metric"] = value
+        better = rec["best_metric"] is None or _better(value, rec["best_metric"], self._spec)
+        if better and math.isfinite(value):
+            rec["best_metric"] = value
+            rec["_best_pending"] = True
+        if RUNG_KEY in result:
+            rec["rung"] = max(rec.get("rung") or 0, int(result[RUNG_KEY]))
+            self._say(
+                trial,
+                f"reached {result[LENGTH_KEY]} {self._spec.length_unit}: "
+                f"{self._spec.metric}={value:.6g}",
+            )
+
+    def on_checkpoint(
+        self, iteration: int, trials: list[Trial], trial: Trial, checkpoint: Any, **info: Any
+    ) -> None:
+        rec = self._record(trial)
+        path = str(getattr(checkpoint, "path", checkpoint))
+        rec["latest_checkpoint"] = path
+        if rec.pop("_best_pending", False) or rec["checkpoint"] is None:
+            rec["checkpoint"] = path
+        self._dirty = True
+
+    def on_trial_error(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        rec = self._record(trial)
+        rec["error"] = _error_text(trial)
+        self._dirty = True
+
+    def on_trial_recover(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        rec = self._record(trial)
+        rec["restarts"] += 1
+        self._say(trial, f"failed; retry {rec['restarts']} from its latest checkpoint")
+
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        for trial in trials:
+            self._track_status(trial)
+        if self._dirty:
+            self.write()
+        if time.monotonic() - self._last_table >= self._table_every_s:
+            self.print_table()
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        for trial in trials:
+            self._track_status(trial)
+        self.write()
+
+    # -- bookkeeping ----------------------------------------------------------------
+    def _record(self, trial: Trial) -> dict[str, Any]:
+        rec = self.records.get(trial.trial_id)
+        if rec is None:
+            info = trial.config.get(TRIAL_KEY, {})
+            rec = self.records[trial.trial_id] = {
+                "trial_id": trial.trial_id,
+                "state": "PENDING",
+                "hparams": trial.config.get(HPARAMS_KEY, {}),
+                "bracket": info.get("bracket"),
+                "rung": None,
+                "trial_seed": info.get("trial_seed"),
+                "batches": 0,
+                "best_metric": None,
+                "last_metric": None,
+                "checkpoint": None,
+                "latest_checkpoint": None,
+                "error": None,
+                "restarts": 0,
+                "trial_dir": trial.local_path,
+            }
+        return rec
+
+    def _track_status(self, trial: Trial) -> None:
+        rec = self._record(trial)
+        state = _STATES.get(trial.status, trial.status)
+        if rec["state"] == "INVALID_HP":
+            state = "INVALID_HP"
+        previous = self._status.get(trial.trial_id)
+        if previous == state:
+            return
+        self._status[trial.trial_id] = state
+        rec["state"] = state
+        self._dirty = True
+        if state == "RUNNING":
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in _flat(rec["hparams"]).items())
+            verb = "resumed" if previous == "PAUSED" or rec["batches"] else "started"
+            self._say(trial, f"{verb} at batch {rec['batches']} ({shown})")
+        elif state == "PAUSED":
+            self._say(trial, f"paused at batch {rec['batches']}; its slot is free")
+        elif state == "COMPLETED":
+            self._say(
+                trial,
+                f"finished at batch {rec['batches']}, best {self._spec.metric}={_short(rec['best_metric'])}",
+            )
+        elif state == "ERRORED":
+            err = (rec["error"] or "").strip().splitlines()
+            self._say(trial, f"errored: {err[-1] if err else 'unknown error'}")
+
+    def _say(self, trial: Trial, text: str) -> None:
+        self._echo(f"{time.strftime('%H:%M:%S')} trial {trial.trial_id} {text}")
+
+    def print_table(self) -> None:
+        from searchlab.experiment._table import format_progress
+
+        self._last_table = time.monotonic()
+        rungs = self._rung_table() if self._rung_table else None
+        self._echo(format_progress(list(self.records.values()), self._spec, rungs))
+
+    def write(self) -> None:
+        self._dirty = False
+        self._dir.mkdir(parents=True, exist_ok=True)
+        data = {"updated": time.time(), "trials": [_public(r) for r in self.records.values()]}
+        tmp = self._dir / f".{TRIALS_FILE}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(json.dumps(data, indent=1, default=str))
+        os.replace(tmp, self._dir / TRIALS_FILE)
+
+
+def _public(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if not k.startswith("_")}
+
+
+def _better(value: float, best: float, spec: ExperimentSpec) -> bool:
+    return value < best if spec.smaller_is_better else value > best
+
+
+def _error_text(trial: Trial) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        if path and os.path.exists(path):
+            return pathlib.Path(path).read_text()
+    except OSError:
+        pass
+    return str(getattr(trial, "error_msg", "") or "unknown error")
+
+
+def _flat(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in hparams.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

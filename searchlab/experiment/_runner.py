@@ -1,0 +1,145 @@
+"""Running an experiment: config -> search method -> Ray Tune, with searchlab's own output."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from searchlab.config import ExperimentConfig, load_experiment_config
+from searchlab.errors import ConfigError, TrialDefinitionError
+from searchlab.experiment._spec import ExperimentSpec
+
+__all__ = ["EXPERIMENT_FILE", "run"]
+
+EXPERIMENT_FILE = "experiment.json"
+_SHIP_EXCLUDES = [
+    ".git",
+    "__pycache__",
+    "*.pyc",
+    "searchlab-results",
+    "searchlab-checkpoints",
+    ".venv",
+]
+
+
+def run(
+    config: str | os.PathLike[str] | Mapping[str, Any],
+    model_dir: str | os.PathLike[str] | None = None,
+    storage_path: str | os.PathLike[str] | None = None,
+    address: str | None = None,
+    overrides: Sequence[str] | None = None,
+    *,
+    name: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> Any:
+    """Run an experiment on Ray Tune and return its ``Results``.
+
+    Args:
+        config: a YAML path or a dict in Determined's experiment format.
+        model_dir: the directory holding the entrypoint's module (default: the config's).
+        storage_path: where the experiment directory goes (default ``./searchlab-results``).
+        address: a Ray cluster to join (default: ``RAY_ADDRESS``, else Ray starts locally).
+        overrides: ``key.path=value`` strings applied to the config.
+        name: the experiment directory's name (default: the config's ``name``).
+        echo: where progress lines go.
+
+    Example:
+        >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist_pytorch")
+        >>> results.best_trial()
+    """
+    cfg = load_experiment_config(
+        dict(config) if isinstance(config, Mapping) else config,
+        list(overrides or ()),
+        model_dir=str(model_dir) if model_dir is not None else None,
+    )
+    _check_entrypoint(cfg)
+    exp_dir = _experiment_dir(storage_path, name or cfg.name, echo)
+    spec = ExperimentSpec.from_config(cfg, exp_dir.name)
+    _write_experiment_file(exp_dir, cfg, spec)
+    from searchlab.experiment._tune import run_tuner
+
+    fatal = run_tuner(cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg))
+    if fatal:
+        raise TrialDefinitionError(_explain_fatal(cfg, fatal))
+    from searchlab.results import load_results
+
+    results = load_results(exp_dir)
+    echo(results.summary())
+    return results
+
+
+def _check_entrypoint(cfg: ExperimentConfig) -> None:
+    from searchlab.pytorch import load_trial_class
+
+    module = cfg.entrypoint.partition(":")[0].replace(".", "/")
+    model_dir = pathlib.Path(cfg.model_dir)
+    if not (model_dir / f"{module}.py").is_file() and not (model_dir / module).is_dir():
+        raise ConfigError(
+            f"{cfg.source_name}: entrypoint: {cfg.entrypoint!r}: no {module}.py in the model "
+            f"directory {model_dir}; pass the directory holding it (searchlab run CONFIG MODEL_DIR)"
+        )
+    try:
+        load_trial_class(cfg.entrypoint, str(model_dir))
+    except TrialDefinitionError as exc:
+        raise ConfigError(f"{cfg.source_name}: entrypoint: {exc}") from exc
+
+
+def _experiment_dir(
+    storage_path: str | os.PathLike[str] | None, name: str, echo: Callable[[str], None]
+) -> pathlib.Path:
+    root = pathlib.Path(storage_path or pathlib.Path.cwd() / "searchlab-results").resolve()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".searchlab-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"--storage-path {root}: cannot write there ({exc.strerror}); pick a writable directory"
+        ) from exc
+    path, n = root / name, 1
+    while path.exists() and any(path.iterdir()):
+        n += 1
+        path = root / f"{name}-{n}"
+    if n > 1:
+        echo(f"{root / name} already holds an experiment; this one goes to {path}")
+    return path
+
+
+def _write_experiment_file(
+    exp_dir: pathlib.Path, cfg: ExperimentConfig, spec: ExperimentSpec
+) -> None:
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        "name": spec.name,
+        "config": cfg.to_dict(),
+        "config_file": cfg.source_name,
+        "model_dir": spec.model_dir,
+        "entrypoint": spec.entrypoint,
+        "metric": spec.metric,
+        "smaller_is_better": spec.smaller_is_better,
+        "searcher": cfg.searcher.name.value
+        if hasattr(cfg.searcher.name, "value")
+        else str(cfg.searcher.name),
+        "length_unit": spec.length_unit,
+    }
+    (exp_dir / EXPERIMENT_FILE).write_text(json.dumps(data, indent=2, default=str))
+
+
+def _ship_env(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The Ray runtime environment that ships the model directory to every worker."""
+    env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **cfg.environment.environment_variables}
+    return {
+        "working_dir": str(pathlib.Path(cfg.model_dir).resolve()),
+        "excludes": _SHIP_EXCLUDES,
+        "env_vars": env_vars,
+    }
+
+
+def _explain_fatal(cfg: ExperimentConfig, message: str) -> str:
+    if message.startswith("the searcher metric"):
+        return f"{cfg.source_name}: searcher.metric: {message}"
+    return f"{cfg.entrypoint}: {message}"

@@ -1,0 +1,68 @@
+"""What every trial of an experiment shares, as plain data shipped to Ray workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+from searchlab.config import ExperimentConfig
+
+__all__ = ["HPARAMS_KEY", "TRIAL_KEY", "ExperimentSpec"]
+
+HPARAMS_KEY = "hparams"
+TRIAL_KEY = "searchlab"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentSpec:
+    """The experiment-level settings a trial needs (picklable, no Ray or torch objects)."""
+
+    name: str
+    exp_conf: dict[str, Any]
+    entrypoint: str
+    model_dir: str
+    module_file: str
+    metric: str
+    smaller_is_better: bool
+    length_unit: str
+    max_length: int
+    scheduling_unit: int
+    validation_period: dict[str, int] | None
+    checkpoint_period: dict[str, int] | None
+    checkpoint_policy: str
+    perform_initial_validation: bool
+    aggregation_frequency: int
+    environment_variables: dict[str, str]
+    slots_per_trial: int = 1
+
+    @classmethod
+    def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
+        searcher = config.searcher
+        module = config.entrypoint.partition(":")[0]
+        max_length = searcher.max_length
+        return cls(
+            name=name,
+            exp_conf=config.to_dict(),
+            entrypoint=config.entrypoint,
+            model_dir=str(pathlib.Path(config.model_dir).resolve()),
+            module_file=module.replace(".", "/") + ".py",
+            metric=searcher.metric,
+            smaller_is_better=searcher.smaller_is_better,
+            length_unit=max_length.unit.value,
+            max_length=int(max_length.value),
+            scheduling_unit=config.scheduling_unit,
+            validation_period=_length_dict(config.min_validation_period),
+            checkpoint_period=_length_dict(config.min_checkpoint_period),
+            checkpoint_policy=config.checkpoint_policy.value,
+            perform_initial_validation=config.perform_initial_validation,
+            aggregation_frequency=config.optimizations.aggregation_frequency,
+            environment_variables=dict(config.environment.environment_variables),
+            slots_per_trial=config.resources.slots_per_trial,
+        )
+
+
+def _length_dict(length: Any) -> dict[str, int] | None:
+    if length is None or int(length.value) == 0:
+        return None
+    return {length.unit.value: int(length.value)}
