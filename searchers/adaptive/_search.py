@@ -113,10 +113,10 @@ class AdaptiveSearch:
         if self._resumes or not self._owed:
             return None
         index = self._owed[0]
-        ends = self._brackets[index].plan.rung_ends
-        hparams = self._sample(trial_id)
-        self._owed.pop(0)
         bracket = self._brackets[index]
+        ends = bracket.plan.rung_ends
+        hparams = self._sample(trial_id)  # first: a sampler that raises changes nothing
+        self._owed.pop(0)
         bracket.created += 1
         bracket.rungs.admit()
         self._trials[trial_id] = _Trial(index, 0, TrialStatus.RUNNING)
@@ -176,20 +176,28 @@ class AdaptiveSearch:
         trial = self._known(trial_id)
         return trial.bracket, trial.rung
 
-    def rung_table(self) -> list[dict[str, int]]:
-        """One row per bracket and rung: ``bracket``, ``rung``, ``end``, ``results``,
-        ``promoted`` (went on; stop_once: continued) and ``outstanding`` (results to come)."""
+    def rung_table(self) -> list[dict[str, Any]]:
+        """Per bracket, its rungs: ``rung_end``, ``results``, ``promoted`` (went on; with
+        stop_once: continued) and ``outstanding`` (results still to come).
+
+        Example: ``[{"bracket": 0, "rungs": [{"rung": 0, "rung_end": 15, "results": 4,
+        "promoted": 1, "outstanding": 2}, ...]}, ...]``.
+        """
         return [
             {
                 "bracket": b,
-                "rung": k,
-                "end": rung.end,
-                "results": len(rung.entries),
-                "promoted": rung.num_promoted,
-                "outstanding": rung.outstanding,
+                "rungs": [
+                    {
+                        "rung": k,
+                        "rung_end": rung.end,
+                        "results": len(rung.entries),
+                        "promoted": rung.num_promoted,
+                        "outstanding": rung.outstanding,
+                    }
+                    for k, rung in enumerate(bracket.rungs.rungs)
+                ],
             }
             for b, bracket in enumerate(self._brackets)
-            for k, rung in enumerate(bracket.rungs.rungs)
         ]
 
     # Saving and restoring.
@@ -325,7 +333,7 @@ class AdaptiveSearch:
     def _owe(self, index: int) -> None:
         """Owe the bracket a new trial, unless it created (or is owed) all of its trials."""
         bracket = self._brackets[index]
-        if True:
+        if bracket.counted + self._owed.count(index) < bracket.plan.num_trials:
             self._owed.append(index)
 
     def _close_out(self, index: int) -> None:
