@@ -13,6 +13,18 @@ from searchlab.experiment._spec import ExperimentSpec
 __all__ = ["run_tuner"]
 
 
+def _trainable(spec: ExperimentSpec, resources: dict[str, float]) -> Any:
+    """One process per trial, or a placement group of workers for data-parallel trials."""
+    from ray import tune
+
+    from searchlab.experiment._data_parallel import DataParallelTrainable, placement_group_factory
+
+    if spec.slots_per_trial > 1:
+        pgf = placement_group_factory(spec.slots_per_trial, resources["cpu"], resources["gpu"])
+        return tune.with_resources(tune.with_parameters(DataParallelTrainable, experiment=spec), pgf)
+    return tune.with_resources(tune.with_parameters(SearchlabTrainable, experiment=spec), resources)
+
+
 def _trial_dirname(trial: Any) -> str:
     return str(trial.trial_id)
 
@@ -35,7 +47,6 @@ def run_tuner(
     from searchlab.experiment._adapters import GatedSearcher, SearchScheduler
     from searchlab.experiment._recorder import TrialRecorder
     from searchlab.experiment._resources import trial_resources
-    from searchlab.experiment._trainable import SearchlabTrainable
 
     method = build_search_method(cfg)
     started = connect_ray(address, runtime_env=ship)
@@ -46,9 +57,7 @@ def run_tuner(
         recorder = TrialRecorder(
             spec, exp_dir, echo, rung_table=getattr(method, "rung_table", None)
         )
-        trainable = tune.with_resources(
-            tune.with_parameters(SearchlabTrainable, experiment=spec), resources
-        )
+        trainable = _trainable(spec, resources)
         concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or None
         adaptive = hasattr(method, "rung_table")
         tuner = tune.Tuner(

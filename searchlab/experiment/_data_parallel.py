@@ -1,0 +1,175 @@
+"""Data-parallel trials: N Ray actors in the trial's placement group form a torch.distributed group.
+
+The Tune trainable holds bundle 0 (driver of the trial); workers sit in bundles 1..N, each with
+its GPU (or CPU), and run the same ``TrialRunner`` with their rank. Rank 0's state is the
+checkpoint (with every rank's RNG streams), and every rank restores it, so pause and resume are
+exact as for one worker.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import socket
+from typing import Any
+
+import ray
+import torch
+from ray import tune
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from searchlab.experiment._spec import ExperimentSpec
+from searchlab.experiment._trial_runner import TrialRunner, shipped_model_dir
+from searchlab.pytorch import DistributedContext
+from searchlab.pytorch._checkpoint import load_checkpoint, write_checkpoint_files
+from searchlab.pytorch._state import capture_rng_state, restore_rng_state
+
+__all__ = ["DataParallelTrainable", "TrialWorker", "placement_group_factory"]
+
+
+def placement_group_factory(workers: int, cpus: float, gpus: float) -> tune.PlacementGroupFactory:
+    """Bundle 0 for the trainable itself, then one bundle per worker."""
+    worker = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+    return tune.PlacementGroupFactory([{"CPU": 0.01}] + [dict(worker) for _ in range(workers)])
+
+
+class TrialWorker:
+    """One rank of a data-parallel trial (a Ray actor)."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self._runner: TrialRunner | None = None
+
+    def address(self) -> tuple[str, int]:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init_group(self, host: str, port: int) -> None:
+        if torch.distributed.is_initialized():
+            return
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.size), LOCAL_RANK="0")
+        torch.distributed.init_process_group(
+            backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.size
+        )
+
+    def build(
+        self, spec: ExperimentSpec, config: dict[str, Any], trial_id: str, logdir: str | None
+    ) -> None:
+        if self._runner is not None:
+            self._runner.close()
+        dist = DistributedContext(rank=self.rank, size=self.size, local_rank=0, local_size=1)
+        self._runner = TrialRunner(
+            spec,
+            config,
+            trial_id=trial_id,
+            logdir=logdir,
+            model_dir=shipped_model_dir(spec),
+            distributed=dist,
+        )
+
+    def step(self) -> dict[str, Any]:
+        assert self._runner is not None
+        return self._runner.step()
+
+    def rng_state(self) -> bytes:
+        buf = io.BytesIO()
+        torch.save(capture_rng_state(), buf)
+        return buf.getvalue()
+
+    def state(self) -> bytes | None:
+        assert self._runner is not None
+        saved = self._runner.state()
+        if saved is None:
+            return None
+        buf = io.BytesIO()
+        torch.save(saved, buf)
+        return buf.getvalue()
+
+    def load(self, state: dict[str, Any], checkpoint_uuid: str | None) -> None:
+        assert self._runner is not None
+        self._runner.load(state, checkpoint_uuid)
+        per_rank = state.get("rng_state_per_rank")
+        if per_rank and self.rank < len(per_rank):
+            restore_rng_state(per_rank[self.rank])
+
+    def weights_digest(self) -> list[float]:
+        """Sum of every parameter, for tests that check all ranks hold the same weights."""
+        assert self._runner is not None and self._runner.loop is not None
+        model = self._runner.loop.context.models[0]
+        return [float(p.detach().double().sum()) for p in model.parameters()]
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+
+class DataParallelTrainable(tune.Trainable):
+    """A Tune trial whose training runs on ``spec.slots_per_trial`` worker actors."""
+
+    def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
+        self._spec = experiment
+        self._workers = self._start_workers(experiment.slots_per_trial)
+        self._build(config)
+
+    def _start_workers(self, n: int) -> list[Any]:
+        pg = ray.util.get_current_placement_group()
+        bundles = pg.bundle_specs
+        actor = ray.remote(TrialWorker)
+        workers = [
+            actor.options(
+                num_cpus=bundles[i + 1].get("CPU", 0),
+                num_gpus=bundles[i + 1].get("GPU", 0),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=i + 1
+                ),
+            ).remote(i, n)
+            for i in range(n)
+        ]
+        host, port = ray.get(workers[0].address.remote())
+        ray.get([w.init_group.remote(host, port) for w in workers])
+        return workers
+
+    def _build(self, config: dict[str, Any]) -> None:
+        ray.get(
+            [w.build.remote(self._spec, config, self.trial_id, self.logdir) for w in self._workers]
+        )
+
+    def step(self) -> dict[str, Any]:
+        results = ray.get([w.step.remote() for w in self._workers])
+        return results[0]
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        blob = ray.get(self._workers[0].state.remote())
+        if blob is None:
+            return None
+        state, metadata = torch.load(io.BytesIO(blob), weights_only=False)
+        rng = ray.get([w.rng_state.remote() for w in self._workers])
+        state["rng_state_per_rank"] = [torch.load(io.BytesIO(b), weights_only=False) for b in rng]
+        # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
+        metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
+        write_checkpoint_files(checkpoint_dir, state, metadata)
+        return None
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        state, _ = load_checkpoint(checkpoint)
+        ref = ray.put(state)
+        name = pathlib.Path(str(checkpoint)).name
+        ray.get([w.load.remote(ref, name) for w in self._workers])
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self._build(new_config)
+        return True
+
+    def cleanup(self) -> None:
+        for worker in getattr(self, "_workers", []):
+            try:
+                ray.get(worker.close.remote(), timeout=30)
+            except Exception:
+                pass
+            ray.kill(worker)
+        self._workers = []

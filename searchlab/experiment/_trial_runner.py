@@ -1,0 +1,207 @@
+"""One trial's training in one process, step by step, as a Tune trainable (or worker) needs it.
+
+A trial trains to the end of each of its rungs (``rung_ends``), validates and reports the
+searcher metric there; Tune then calls ``step`` again (go on), pauses it, or stops it.
+Used by the single-process trainable and by every worker of a data-parallel trial.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from searchlab.errors import InvalidHP, SearchlabError
+from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.pytorch import (
+    DistributedContext,
+    LoopSettings,
+    PyTorchTrialContext,
+    Report,
+    TrainUnit,
+    TrialLoop,
+    load_trial_class,
+)
+from searchlab.pytorch._trainer import seed_everything
+
+__all__ = [
+    "FATAL_KEY",
+    "INVALID_HP_KEY",
+    "LENGTH_KEY",
+    "RUNG_KEY",
+    "TrialRunner",
+    "shipped_model_dir",
+]
+
+logger = logging.getLogger("searchlab")
+
+LENGTH_KEY = "searchlab_length"  # set on a rung-end validation: the length in searcher units
+RUNG_KEY = "searchlab_rung"
+INVALID_HP_KEY = "searchlab_invalid_hp"
+FATAL_KEY = "searchlab_fatal"  # a user error every trial would hit: the experiment stops
+
+
+class TrialRunner:
+    """Builds the user's trial for one Tune config and turns its reports into Tune results."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        config: dict[str, Any],
+        *,
+        trial_id: str,
+        logdir: str | None,
+        model_dir: str,
+        distributed: DistributedContext | None = None,
+    ) -> None:
+        self._spec = spec
+        os.environ.update(spec.environment_variables)
+        info = config[TRIAL_KEY]
+        self._rung_ends: list[int] = list(info["rung_ends"])
+        self._events: Iterator[Report] | None = None
+        self._invalid: str | None = None
+        self._fatal: str | None = None
+        self.loop: TrialLoop | None = None
+        try:
+            self.loop = self._make_loop(
+                config[HPARAMS_KEY], info, trial_id, logdir, model_dir, distributed
+            )
+        except InvalidHP as exc:
+            self._invalid = str(exc) or "InvalidHP"
+        except SearchlabError as exc:
+            self._fatal = str(exc)
+
+    def _make_loop(
+        self,
+        hparams: dict[str, Any],
+        info: dict[str, Any],
+        trial_id: str,
+        logdir: str | None,
+        model_dir: str,
+        distributed: DistributedContext | None,
+    ) -> TrialLoop:
+        spec = self._spec
+        trial_class = load_trial_class(spec.entrypoint, model_dir)
+        seed = int(info["trial_seed"])
+        dist = distributed or DistributedContext()
+        seed_everything(seed + dist.rank)  # own RNG streams per worker; data order uses `seed`
+        context = PyTorchTrialContext(
+            hparams,
+            exp_conf=spec.exp_conf,
+            distributed=dist,
+            trial_seed=seed,
+            trial_id=trial_id,
+            experiment_id=spec.name,
+            aggregation_frequency=spec.aggregation_frequency,
+            tensorboard_path=pathlib.Path(logdir or ".") / "tensorboard",
+        )
+        trial = trial_class(context)
+        settings = LoopSettings(
+            scheduling_unit=spec.scheduling_unit,
+            validation_period=_unit(spec.validation_period),
+            checkpoint_period=_unit(spec.checkpoint_period),
+            checkpoint_policy=spec.checkpoint_policy,
+            searcher_metric=spec.metric,
+            smaller_is_better=spec.smaller_is_better,
+            perform_initial_validation=spec.perform_initial_validation,
+        )
+        return TrialLoop(trial, context, settings)
+
+    def _rung_batches(self) -> list[int]:
+        assert self.loop is not None
+        unit = self._spec.length_unit
+        return [self.loop.to_batches(TrainUnit.from_spec(unit, end)) for end in self._rung_ends]
+
+    def _next_segment(self) -> Iterator[Report] | None:
+        """The reports up to the next rung end past the current position, or None when done."""
+        assert self.loop is not None
+        for target in self._rung_batches():
+            if target > self.loop.batches_trained:
+                self.loop.target = target
+                return self.loop.run()
+        return None
+
+    def step(self) -> dict[str, Any]:
+        """Train to the next report and return it as a Tune result."""
+        if self._invalid is not None:
+            return {"done": True, INVALID_HP_KEY: self._invalid, "group": "invalid_hp"}
+        if self._fatal is not None:
+            return {"done": True, FATAL_KEY: self._fatal, "group": "error"}
+        try:
+            report = self._next_report()
+        except InvalidHP as exc:
+            return {"done": True, INVALID_HP_KEY: str(exc) or "InvalidHP", "group": "invalid_hp"}
+        except SearchlabError as exc:
+            return {"done": True, FATAL_KEY: str(exc), "group": "error"}
+        if report is None:
+            position = self.loop.batches_trained if self.loop is not None else 0
+            return {"done": True, "group": "end", "batches": position}
+        return self._result(report)
+
+    def _next_report(self) -> Report | None:
+        while True:
+            if self._events is None:
+                self._events = self._next_segment()
+                if self._events is None:
+                    return None
+            report = next(self._events, None)
+            if report is not None:
+                return report
+            self._events = None
+
+    def _result(self, report: Report) -> dict[str, Any]:
+        result: dict[str, Any] = dict(report.metrics)
+        result.update(
+            group=report.group or "checkpoint", batches=report.batches, epochs=report.epochs
+        )
+        if report.checkpoint:
+            result["should_checkpoint"] = True
+        if report.group == "validation" and report.done:
+            batch_ends = self._rung_batches()
+            if report.batches in batch_ends:
+                rung = batch_ends.index(report.batches)
+                result[LENGTH_KEY] = self._rung_ends[rung]
+                result[RUNG_KEY] = rung
+                result["done"] = rung == len(batch_ends) - 1
+        if report.stop_requested:
+            result["done"] = True
+        return result
+
+    def state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The checkpoint state and metadata at this batch boundary (None without a trial)."""
+        if self.loop is None:
+            return None
+        return self.loop.state_dict(), self.loop.metadata()
+
+    def checkpoint_written(self, directory: str) -> None:
+        if self.loop is not None:
+            self.loop.checkpoint_written(directory)
+
+    def load(self, state: dict[str, Any], checkpoint_uuid: str | None) -> None:
+        if self.loop is not None:
+            self.loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
+            self._events = None
+
+    def close(self) -> None:
+        if self.loop is not None:
+            try:
+                self.loop.close()
+            except Exception:
+                logger.warning("trial shutdown hook failed:\n%s", traceback.format_exc())
+            self.loop = None
+            self._events = None
+
+
+def _unit(length: dict[str, int] | None) -> TrainUnit | None:
+    return TrainUnit.coerce(length) if length else None
+
+
+def shipped_model_dir(spec: ExperimentSpec) -> str:
+    """The model directory on this worker: the shipped copy (cwd) or the driver's path."""
+    shipped = pathlib.Path.cwd()
+    if (shipped / spec.module_file).is_file():
+        return str(shipped)
+    return spec.model_dir

@@ -1,0 +1,85 @@
+"""A 2-worker (gloo) data-parallel trial inside a search: paused, resumed, exact on every rank."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+import torch
+
+import searchlab
+
+MODEL_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "ddp_model"
+LENGTH = 20
+
+
+def _config(searcher: dict[str, Any], lr: Any) -> dict[str, Any]:
+    return {
+        "name": "ddp",
+        "entrypoint": "model_def:DDPTrial",
+        "hyperparameters": {"global_batch_size": 16, "lr": lr},
+        "searcher": {"metric": "validation_loss", "max_length": {"batches": LENGTH}, **searcher},
+        "resources": {"slots_per_trial": 2, "cpus_per_trial": 0.5},
+        "scheduling_unit": 5,
+        "max_restarts": 0,
+        # Seed 0 gives the first trial lr=0.05 (it learns) and the second lr=0.0 (it cannot),
+        # so the first is the one promoted at the rung; `single` gives its trial the same seed.
+        "reproducibility": {"experiment_seed": 0},
+    }
+
+
+def _last_checkpoint(trial_dir: pathlib.Path) -> pathlib.Path:
+    last = max(trial_dir.glob("checkpoint_*"))
+    assert json.loads((last / "metadata.json").read_text())["batches_trained"] == LENGTH
+    return last
+
+
+def _final_state(checkpoint: pathlib.Path) -> tuple[dict[str, torch.Tensor], list[list[float]]]:
+    state = torch.load(checkpoint / "state-dict.pth", weights_only=False)
+    meta = json.loads((checkpoint / "metadata.json").read_text())
+    return state["models_state_dict"][0], meta["rank_weight_sums"]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_worker_trial_pauses_resumes_and_matches_uninterrupted_run(
+    ray_session: Any, tmp_path: pathlib.Path
+) -> None:
+    lines: list[str] = []
+    paused = searchlab.run(
+        _config(
+            {"name": "async_halving", "num_rungs": 2, "divisor": 2, "max_trials": 2},
+            {"type": "categorical", "vals": [0.05, 0.0]},
+        ),
+        model_dir=MODEL_DIR,
+        storage_path=tmp_path / "search",
+        echo=lines.append,
+    )
+    trials = paused.trials.set_index("trial_id")
+    winner = trials[trials["batches"] == LENGTH]
+    assert len(winner) == 1 and winner.iloc[0]["lr"] == 0.05
+    winner_id = winner.index[0]
+    assert any(f"trial {winner_id} paused at batch 10" in line for line in lines)
+    assert any(f"trial {winner_id} resumed at batch 10" in line for line in lines)
+    reports = paused.metrics[
+        (paused.metrics["trial_id"] == winner_id) & (paused.metrics["group"] == "training")
+    ]
+    assert list(reports["batches"]) == [5, 10, 15, 20]  # resumed, never restarted
+    assert set(reports["world_size"]) == {2.0}
+
+    whole = searchlab.run(
+        _config({"name": "single"}, 0.05),
+        model_dir=MODEL_DIR,
+        storage_path=tmp_path / "whole",
+        echo=lines.append,
+    )
+    whole_ckpt = _last_checkpoint(whole.experiment_dir / whole.trials.iloc[0]["trial_id"])
+    resumed_ckpt = _last_checkpoint(paused.experiment_dir / winner_id)
+    weights_whole, ranks_whole = _final_state(whole_ckpt)
+    weights_resumed, ranks_resumed = _final_state(resumed_ckpt)
+    assert ranks_resumed[0] == ranks_resumed[1]  # both ranks hold the same weights
+    assert ranks_whole[0] == ranks_whole[1]
+    for name, tensor in weights_whole.items():
+        assert torch.equal(tensor, weights_resumed[name]), name
