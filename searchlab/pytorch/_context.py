@@ -126,14 +126,14 @@ class PyTorchTrialContext:
     def get_per_slot_batch_size(self) -> int:
         gbs = self.get_global_batch_size()
         size = self.distributed.size
+        if gbs < size:
+            raise ValueError(f"global_batch_size is {gbs}, but must be >= slots_per_trial ({size})")
         if gbs % size:
             warnings.warn(
                 f"global_batch_size {gbs} is not divisible by slots_per_trial {size}; "
                 f"each worker uses {gbs // size}",
                 stacklevel=2,
             )
-        if gbs < size:
-            raise ValueError(f"global_batch_size is {gbs}, but must be >= slots_per_trial ({size})")
         return gbs // size
 
     def get_experiment_config(self) -> dict[str, Any]:
@@ -263,9 +263,6 @@ class PyTorchTrialContext:
         """Batches per optimizer update (the longest gradient accumulation of any optimizer)."""
         return max([self._aggregation_frequency, *self._passes_per_step.values()])
 
-    def _should_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        return (self._current_batch + 1) % self._passes(optimizer) == 0
-
     def _end_batch(self) -> None:
         """After ``train_batch``: one ``update()`` of the automatic AMP scaler per stepped batch."""
         # GradScaler expects one update() after all step(opt) calls of an iteration.
@@ -296,9 +293,9 @@ class PyTorchTrialContext:
                 "step_optimizer() got an optimizer that was not wrapped: pass the object "
                 "returned by context.wrap_optimizer()"
             )
-        if not self._should_step(optimizer):
-            return
         passes = self._passes(optimizer)
+        if (self._current_batch + 1) % passes:
+            return  # accumulating: not the last batch of this optimizer's window
         params = [p for group in optimizer.param_groups for p in group["params"]]
         scaler = scaler or self._amp.auto_scaler
         if scaler is not None:

@@ -8,6 +8,7 @@ uninterrupted one would, and the global RNG streams (dropout, augmentation) stay
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -43,7 +44,7 @@ class DataLoader:
         batch_sampler: Sampler[list[int]] | None = None,
         num_workers: int = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
-        pin_memory: bool = False,
+        pin_memory: bool | None = None,
         drop_last: bool = False,
         timeout: float = 0,
         worker_init_fn: Callable[[int], None] | None = None,
@@ -77,7 +78,8 @@ class DataLoader:
         self._loader_kwargs: dict[str, Any] = {
             "num_workers": num_workers,
             "collate_fn": collate_fn,
-            "pin_memory": pin_memory,
+            # None: pin when CUDA is there, so batches reach the GPU by non-blocking copies.
+            "pin_memory": torch.cuda.is_available() if pin_memory is None else pin_memory,
             "timeout": timeout,
             "worker_init_fn": worker_init_fn,
             "multiprocessing_context": multiprocessing_context,
@@ -165,10 +167,7 @@ class _SkipBatches(Sampler[list[int]]):
         self._skip = skip
 
     def __iter__(self) -> Any:
-        it = iter(self._batches)
-        for _ in range(self._skip):
-            next(it, None)
-        return it
+        return itertools.islice(iter(self._batches), self._skip, None)
 
     def __len__(self) -> int:
         return max(len(self._batches) - self._skip, 0)  # type: ignore[arg-type]

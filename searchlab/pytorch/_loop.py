@@ -84,7 +84,10 @@ class TrialLoop:
         self.callbacks = dict(trial.build_callbacks())
         context._callbacks = self.callbacks
         self._train = _epoch_loader(
-            trial.build_training_data_loader(), context, "build_training_data_loader()", True
+            trial.build_training_data_loader(),
+            context,
+            f"{type(trial).__name__}.build_training_data_loader()",
+            True,
         )
         self.epoch_len = len(self._train)
         if self.epoch_len == 0:

@@ -65,10 +65,12 @@ def mean_metrics(
         for k, v in metrics.items():
             stacked.setdefault(k, []).append(v)
     for k, values in stacked.items():
-        tensors = [v.detach().float().reshape(()) for v in values if isinstance(v, torch.Tensor)]
-        total = float(torch.stack(tensors).sum().item()) if tensors else 0.0
-        total += sum(float(v) for v in values if not isinstance(v, torch.Tensor))
-        sums[k], counts[k] = total, len(values)
+        tensors = [v.detach().reshape(()).double() for v in values if isinstance(v, torch.Tensor)]
+        floats = torch.stack(tensors).tolist() if tensors else []  # one device sync per metric
+        floats += [float(v) for v in values if not isinstance(v, torch.Tensor)]
+        # fsum is exactly rounded, so the mean does not depend on whether part of the window
+        # came back from a checkpoint as Python floats: resumed metrics stay bit-identical.
+        sums[k], counts[k] = math.fsum(floats), len(values)
     if distributed.size > 1:
         gathered = distributed.allgather((sums, counts))
         sums = {k: sum(s.get(k, 0.0) for s, _ in gathered) for k in sums}

@@ -225,6 +225,26 @@ class Trainer:
         return path
 
 
+def _use_model_dir(model_dir: pathlib.Path) -> None:
+    """Put ``model_dir`` first on ``sys.path`` and forget modules loaded from another model dir.
+
+    Model directories reuse generic module names (``model_def``, ``data``); without this, a
+    notebook or test session that loads a second experiment would get the first one's modules.
+    """
+    path = str(model_dir)
+    if path in sys.path:
+        sys.path.remove(path)
+    sys.path.insert(0, path)
+    previous = getattr(_use_model_dir, "current", None)
+    _use_model_dir.current = path  # type: ignore[attr-defined]
+    if previous is None or previous == path:
+        return
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None) or ""
+        if origin.startswith(previous + os.sep):
+            del sys.modules[name]
+
+
 def load_trial_class(
     spec: str, model_dir: str | os.PathLike[str] | None = None
 ) -> type[PyTorchTrial]:
@@ -232,8 +252,8 @@ def load_trial_class(
     module_name, _, class_name = spec.partition(":")
     if not module_name or not class_name:
         raise TrialDefinitionError(f"trial class {spec!r} must have the form `module:Class`")
-    if model_dir is not None and str(model_dir) not in sys.path:
-        sys.path.insert(0, str(model_dir))
+    if model_dir is not None:
+        _use_model_dir(pathlib.Path(model_dir).resolve())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

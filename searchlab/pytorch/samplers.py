@@ -6,6 +6,7 @@ Determined, for users who assemble their own loaders.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sized
 
@@ -53,10 +54,7 @@ class SkipSampler(Sampler[int]):
         self._skip = skip
 
     def __iter__(self) -> Iterator[int]:
-        it = iter(self._sampler)
-        for _ in range(self._skip):
-            next(it, None)
-        return it
+        return itertools.islice(iter(self._sampler), self._skip, None)
 
     def __len__(self) -> int:
         return max(len(self._sampler) - self._skip, 0)  # type: ignore[arg-type]
@@ -136,10 +134,7 @@ class EpochSampler(Sampler[int]):
         self._skip = skip
 
     def __iter__(self) -> Iterator[int]:
-        it = iter(self._shard)
-        for _ in range(self._skip):
-            next(it, None)
-        return it
+        return itertools.islice(iter(self._shard), self._skip, None)
 
     def __len__(self) -> int:
         return max(len(self._shard) - self._skip, 0)  # type: ignore[arg-type]

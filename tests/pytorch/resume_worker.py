@@ -12,9 +12,9 @@ import torch
 
 sys.path.insert(0, sys.argv[0].rsplit("/", 2)[0] + "/fixtures")
 
-from toy_trials import ToyTrial  # noqa: E402
+from toy_trials import ToyTrial
 
-from searchlab import pytorch  # noqa: E402
+from searchlab import pytorch
 
 
 def main() -> None:
