@@ -21,6 +21,8 @@ def quiet_ray_environment() -> None:
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     for name in ("ray", "ray.tune", "ray.train", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Trial failures are reported by searchlab (one line, traceback in Results), not by Tune.
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
 
 
 def ray_init_kwargs() -> dict[str, Any]:

@@ -66,16 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_results(args.experiment_dir, csv=args.csv, metrics=args.metrics)
         elif args.command == "preview":
             from searchers import preview_plan
+            from searchlab._preview_text import format_plan
             from searchlab.config import load_experiment_config
 
             plan = preview_plan(load_experiment_config(args.config, args.overrides))
-            print(
-                json.dumps(plan, indent=2)
-                if args.json
-                else plan["text"]
-                if "text" in plan
-                else plan
-            )
+            print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     except SearchlabError as exc:
         print(f"searchlab: error: {exc}", file=sys.stderr)
         return 2

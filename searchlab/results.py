@@ -35,6 +35,8 @@ _TUNE_KEYS = {
     "epochs",
 }
 
+_TRIAL_EXTRAS = ("bracket", "rung", "restarts", "trial_seed", "error")
+
 
 def _flatten(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -47,8 +49,25 @@ def _flatten(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _mark_superseded(rows: list[dict[str, Any]], trial_id: str) -> None:
+    """A trial restarted from a checkpoint re-reports some batches: the earlier run's reports
+    at or past the new report's batch belong to a timeline that was rolled back."""
+    new = rows[-1]
+    for row in rows[:-1]:
+        if row["trial_id"] != trial_id:
+            continue
+        later = row["batches"] > new["batches"]
+        repeated = row["batches"] == new["batches"] and row["group"] == new["group"]
+        if later or repeated:
+            row["_superseded"] = True
+
+
 class Results:
     """The trials and every metric report of an experiment directory.
+
+    ``metrics`` holds each trial's history as it stands: when a trial was restored from a
+    checkpoint (a retry, a resumed experiment), the reports of the work it redid replace the
+    earlier ones. ``all_reports`` keeps every report, with ``superseded`` marking those.
 
     Example:
         >>> results = searchlab.load_results("searchlab-results/mnist-grid")
@@ -67,7 +86,8 @@ class Results:
         self.metric: str = self.experiment["metric"]
         self.smaller_is_better: bool = bool(self.experiment["smaller_is_better"])
         self._records = self._read_records()
-        self.metrics = self._metrics_frame()
+        self.all_reports = self._metrics_frame()
+        self.metrics = self.all_reports[~self.all_reports["superseded"]].drop(columns="superseded")
         self.trials = self._trials_frame()
 
     def _read_records(self) -> list[dict[str, Any]]:
@@ -112,6 +132,7 @@ class Results:
                     "group": result["group"],
                     "batches": result.get("batches"),
                     "epochs": result.get("epochs"),
+                    "_superseded": False,
                 }
                 row.update(
                     {
@@ -121,10 +142,12 @@ class Results:
                     }
                 )
                 rows.append(row)
+                _mark_superseded(rows, rec["trial_id"])
         columns = ["trial_id", "group", "batches", "epochs"]
         frame = pd.DataFrame(rows)
         if frame.empty:
-            return pd.DataFrame(columns=columns)
+            return pd.DataFrame(columns=[*columns, "superseded"])
+        frame["superseded"] = frame.pop("_superseded").astype(bool)
         return frame[columns + [c for c in frame.columns if c not in columns]]
 
     def _trials_frame(self) -> pd.DataFrame:
@@ -136,9 +159,14 @@ class Results:
             row[f"best_{self.metric}"] = rec.get("best_metric")
             row[f"last_{self.metric}"] = rec.get("last_metric")
             row["checkpoint"] = rec.get("checkpoint")
-            for key in ("bracket", "rung", "restarts", "trial_seed", "error"):
+            for key in _TRIAL_EXTRAS:
                 row[key] = rec.get(key)
             rows.append(row)
+        if not rows:  # no trial yet: the columns still exist, so lookups give empty results
+            columns = ["trial_id", "state", "batches", f"best_{self.metric}"]
+            return pd.DataFrame(
+                columns=[*columns, f"last_{self.metric}", "checkpoint", *_TRIAL_EXTRAS]
+            )
         return pd.DataFrame(rows)
 
     def _batches_from_metrics(self, trial_id: str) -> int:
@@ -174,7 +202,8 @@ class Results:
     def summary(self) -> str:
         lines = [f"experiment directory: {self.experiment_dir}"]
         states = self.trials["state"].value_counts().to_dict() if len(self.trials) else {}
-        lines.append("trials: " + ", ".join(f"{n} {s.lower()}" for s, n in states.items()))
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in states.items())
+        lines.append(f"trials: {counts or 'none yet'}")
         try:
             best = self.best_trial()
         except SearchlabError:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import pathlib
 import socket
 from typing import Any
 
@@ -20,9 +19,9 @@ from ray import tune
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trial_runner import TrialRunner, shipped_model_dir
+from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback, shipped_model_dir
 from searchlab.pytorch import DistributedContext
-from searchlab.pytorch._checkpoint import load_checkpoint, write_checkpoint_files
+from searchlab.pytorch._checkpoint import write_checkpoint_files
 from searchlab.pytorch._state import capture_rng_state, restore_rng_state
 
 __all__ = ["DataParallelTrainable", "TrialWorker", "placement_group_factory"]
@@ -156,9 +155,9 @@ class DataParallelTrainable(tune.Trainable):
         return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:
-        state, _ = load_checkpoint(checkpoint)
+        state, used = load_with_fallback(str(checkpoint))
         ref = ray.put(state)
-        name = pathlib.Path(str(checkpoint)).name
+        name = used.name
         ray.get([w.load.remote(ref, name) for w in self._workers])
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:

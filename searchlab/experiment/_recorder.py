@@ -10,6 +10,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from searchlab.experiment._trainable import FATAL_KEY, INVALID_HP_KEY, LENGTH_KE
 __all__ = ["TRIALS_FILE", "TrialRecorder"]
 
 TRIALS_FILE = "trials.json"
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STATE_FILES = ("state-dict.pth", "state_dict.pth")
 _STATES = {
     Trial.PENDING: "PENDING",
     Trial.RUNNING: "RUNNING",
@@ -72,6 +75,7 @@ class TrialRecorder(Callback):
             self._say(trial, f"raised InvalidHP ({result[INVALID_HP_KEY]}); it will be replaced")
         if result.get(FATAL_KEY):
             rec["error"] = result[FATAL_KEY]
+            rec["_fatal"] = True
             self.fatal = self.fatal or str(result[FATAL_KEY])
         if result.get("group") == "validation" and self._spec.metric in result:
             self._on_validation(trial, rec, result)
@@ -97,6 +101,8 @@ class TrialRecorder(Callback):
     ) -> None:
         rec = self._record(trial)
         path = str(getattr(checkpoint, "path", checkpoint))
+        if not _holds_state(path):
+            return  # a trial that never built (InvalidHP, broken trial) saves an empty directory
         rec["latest_checkpoint"] = path
         if rec.pop("_best_pending", False) or rec["checkpoint"] is None:
             rec["checkpoint"] = path
@@ -157,6 +163,8 @@ class TrialRecorder(Callback):
         state = _STATES.get(trial.status, trial.status)
         if rec["state"] == "INVALID_HP":
             state = "INVALID_HP"
+        elif rec.get("_fatal") and state == "COMPLETED":
+            state = "ERRORED"  # Tune ended it normally, but the trial stopped on a user error
         previous = self._status.get(trial.trial_id)
         if previous == state:
             return
@@ -207,12 +215,22 @@ def _better(value: float, best: float, spec: ExperimentSpec) -> bool:
 
 def _error_text(trial: Trial) -> str:
     path = getattr(trial, "error_file", None) or ""
+    text = ""
     try:
         if path and os.path.exists(path):
-            return pathlib.Path(path).read_text()
+            text = pathlib.Path(path).read_text()
     except OSError:
         pass
-    return str(getattr(trial, "error_msg", "") or "unknown error")
+    text = text or str(getattr(trial, "error_msg", "") or "unknown error")
+    return _ANSI_ESCAPE.sub("", text)  # Ray colours the actor name in tracebacks
+
+
+def _holds_state(path: str) -> bool:
+    """False for a local checkpoint directory without a trial state (nothing to load from it)."""
+    directory = pathlib.Path(path)
+    if not directory.is_dir():
+        return True  # remote storage: trust Tune
+    return any((directory / name).is_file() for name in _STATE_FILES)
 
 
 def _flat(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -5,24 +5,18 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from searchlab.config import ExperimentConfig, load_experiment_config
-from searchlab.errors import ConfigError, TrialDefinitionError
+from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
+from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._spec import ExperimentSpec
 
 __all__ = ["EXPERIMENT_FILE", "run"]
 
 EXPERIMENT_FILE = "experiment.json"
-_SHIP_EXCLUDES = [
-    ".git",
-    "__pycache__",
-    "*.pyc",
-    "searchlab-results",
-    "searchlab-checkpoints",
-    ".venv",
-]
 
 
 def run(
@@ -61,7 +55,11 @@ def run(
     _write_experiment_file(exp_dir, cfg, spec)
     from searchlab.experiment._tune import run_tuner
 
-    fatal = run_tuner(cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg))
+    try:
+        fatal = run_tuner(cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg))
+    except SearchlabError:
+        _discard_if_unused(exp_dir)  # rejected before any trial: a rerun may reuse the name
+        raise
     if fatal:
         raise TrialDefinitionError(_explain_fatal(cfg, fatal))
     from searchlab.results import load_results
@@ -129,12 +127,18 @@ def _write_experiment_file(
     (exp_dir / EXPERIMENT_FILE).write_text(json.dumps(data, indent=2, default=str))
 
 
+def _discard_if_unused(exp_dir: pathlib.Path) -> None:
+    """Remove an experiment directory that holds nothing but its experiment file."""
+    if exp_dir.is_dir() and {p.name for p in exp_dir.iterdir()} <= {EXPERIMENT_FILE}:
+        shutil.rmtree(exp_dir, ignore_errors=True)
+
+
 def _ship_env(cfg: ExperimentConfig) -> dict[str, Any]:
     """The Ray runtime environment that ships the model directory to every worker."""
     env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **cfg.environment.environment_variables}
     return {
         "working_dir": str(pathlib.Path(cfg.model_dir).resolve()),
-        "excludes": _SHIP_EXCLUDES,
+        "excludes": EXCLUDES,
         "env_vars": env_vars,
     }
 

@@ -35,6 +35,7 @@ class ExperimentSpec:
     aggregation_frequency: int
     environment_variables: dict[str, str]
     slots_per_trial: int = 1
+    model_archive: Any = None  # an ObjectRef of the zipped model dir when Ray was already up
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:

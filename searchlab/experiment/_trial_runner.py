@@ -8,13 +8,15 @@ Used by the single-process trainable and by every worker of a data-parallel tria
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pathlib
 import traceback
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from searchlab.errors import InvalidHP, SearchlabError
+from searchlab.errors import CheckpointError, InvalidHP, SearchlabError
 from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
 from searchlab.pytorch import (
     DistributedContext,
@@ -25,6 +27,7 @@ from searchlab.pytorch import (
     TrialLoop,
     load_trial_class,
 )
+from searchlab.pytorch._checkpoint import load_checkpoint
 from searchlab.pytorch._trainer import seed_everything
 
 __all__ = [
@@ -32,7 +35,9 @@ __all__ = [
     "INVALID_HP_KEY",
     "LENGTH_KEY",
     "RUNG_KEY",
+    "TRIAL_ERROR_KEY",
     "TrialRunner",
+    "load_with_fallback",
     "shipped_model_dir",
 ]
 
@@ -42,6 +47,7 @@ LENGTH_KEY = "searchlab_length"  # set on a rung-end validation: the length in s
 RUNG_KEY = "searchlab_rung"
 INVALID_HP_KEY = "searchlab_invalid_hp"
 FATAL_KEY = "searchlab_fatal"  # a user error every trial would hit: the experiment stops
+TRIAL_ERROR_KEY = "searchlab_trial_error"  # this trial failed for good (e.g. a NaN loss)
 
 
 class TrialRunner:
@@ -168,7 +174,21 @@ class TrialRunner:
                 result["done"] = rung == len(batch_ends) - 1
         if report.stop_requested:
             result["done"] = True
+        problem = self._non_finite(report)
+        if problem:
+            result.update({"done": True, TRIAL_ERROR_KEY: problem})
         return result
+
+    def _non_finite(self, report: Report) -> str | None:
+        """A NaN or infinite loss or searcher metric ends the trial with a clear error."""
+        name = "loss" if report.group == "training" else self._spec.metric
+        value = report.metrics.get(name)
+        if report.group not in ("training", "validation") or value is None or math.isfinite(value):
+            return None
+        return (
+            f"{report.group} metric {name!r} is {value} at batch {report.batches}; the trial "
+            "stops and counts as the worst result (lower the learning rate or check the data)"
+        )
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """The checkpoint state and metadata at this batch boundary (None without a trial)."""
@@ -200,8 +220,40 @@ def _unit(length: dict[str, int] | None) -> TrainUnit | None:
 
 
 def shipped_model_dir(spec: ExperimentSpec) -> str:
-    """The model directory on this worker: the shipped copy (cwd) or the driver's path."""
+    """The model directory on this worker: the job's working_dir (cwd) or the shipped zip."""
     shipped = pathlib.Path.cwd()
     if (shipped / spec.module_file).is_file():
         return str(shipped)
+    if spec.model_archive is not None:
+        import ray
+
+        from searchlab.experiment._ship import unpack_model_dir
+
+        return unpack_model_dir(ray.get(spec.model_archive))
     return spec.model_dir
+
+
+def load_with_fallback(path: str | os.PathLike[str]) -> tuple[dict[str, Any], pathlib.Path]:
+    """Load a Tune checkpoint; if it is corrupt, warn and use the newest earlier one that loads.
+
+    Tune keeps a trial's checkpoints as ``checkpoint_000000``, ``checkpoint_000001``, ... in the
+    trial directory, so the earlier ones are the siblings with smaller names.
+    """
+    path = pathlib.Path(path)
+    try:
+        return load_checkpoint(path)[0], path
+    except CheckpointError as first_error:
+        earlier = sorted(
+            (p for p in path.parent.glob("checkpoint_*") if p.name < path.name), reverse=True
+        )
+        for candidate in earlier:
+            try:
+                state = load_checkpoint(candidate)[0]
+            except CheckpointError:
+                continue
+            warnings.warn(
+                f"{first_error}; resuming from the earlier checkpoint {candidate}", stacklevel=2
+            )
+            logger.warning("%s; resuming from the earlier checkpoint %s", first_error, candidate)
+            return state, candidate
+        raise
