@@ -19,8 +19,20 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from searchlab.experiment._retention import (
+    RetentionPolicy,
+    SavedCheckpoint,
+    checkpoints_to_delete,
+    delete_checkpoints,
+)
 from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
-from searchlab.experiment._trainable import FATAL_KEY, INVALID_HP_KEY, LENGTH_KEY, RUNG_KEY
+from searchlab.experiment._trial_runner import (
+    FATAL_KEY,
+    INVALID_HP_KEY,
+    LENGTH_KEY,
+    RUNG_KEY,
+    TRIAL_ERROR_KEY,
+)
 
 __all__ = ["TRIALS_FILE", "TrialRecorder"]
 
@@ -57,6 +69,13 @@ class TrialRecorder(Callback):
         self._status: dict[str, str] = {}
         self._dirty = False
         self.fatal: str | None = None
+        storage = spec.exp_conf.get("checkpoint_storage") or {}
+        self._retention = RetentionPolicy(
+            save_trial_latest=int(storage.get("save_trial_latest", 1)),
+            save_trial_best=int(storage.get("save_trial_best", 1)),
+            save_experiment_best=int(storage.get("save_experiment_best", 0)),
+            smaller_is_better=spec.smaller_is_better,
+        )
 
     # -- Tune hooks -----------------------------------------------------------------
     def on_trial_start(
@@ -77,7 +96,11 @@ class TrialRecorder(Callback):
             rec["error"] = result[FATAL_KEY]
             rec["_fatal"] = True
             self.fatal = self.fatal or str(result[FATAL_KEY])
+        if result.get(TRIAL_ERROR_KEY):
+            rec["error"] = result[TRIAL_ERROR_KEY]
+            rec["_fatal"] = True  # shown as ERRORED although Tune ended it normally
         if result.get("group") == "validation" and self._spec.metric in result:
+            rec["_validated_at"] = int(result.get("batches", -1))
             self._on_validation(trial, rec, result)
         self._dirty = True
 
@@ -106,7 +129,28 @@ class TrialRecorder(Callback):
         rec["latest_checkpoint"] = path
         if rec.pop("_best_pending", False) or rec["checkpoint"] is None:
             rec["checkpoint"] = path
+        batches = _checkpoint_batches(path)
+        metric = rec["last_metric"] if rec.get("_validated_at") == batches else None
+        rec["saved_checkpoints"].append({"path": path, "batches": batches, "metric": metric})
+        self._apply_retention()
         self._dirty = True
+
+    def _apply_retention(self) -> None:
+        """Delete the checkpoints ``checkpoint_storage`` does not keep (never one a trial needs)."""
+        saved = [
+            SavedCheckpoint(rec["trial_id"], c["path"], i, c["metric"], rec["state"] in _FINISHED)
+            for rec in self.records.values()
+            for i, c in enumerate(rec["saved_checkpoints"])
+        ]
+        gone = set(delete_checkpoints(checkpoints_to_delete(saved, self._retention)))
+        if not gone:
+            return
+        for rec in self.records.values():
+            rec["saved_checkpoints"] = [
+                c for c in rec["saved_checkpoints"] if c["path"] not in gone
+            ]
+            if rec["checkpoint"] in gone:
+                rec["checkpoint"] = _best_remaining(rec["saved_checkpoints"], self._spec)
 
     def on_trial_error(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
@@ -155,6 +199,7 @@ class TrialRecorder(Callback):
                 "error": None,
                 "restarts": 0,
                 "trial_dir": trial.local_path,
+                "saved_checkpoints": [],
             }
         return rec
 
@@ -171,6 +216,8 @@ class TrialRecorder(Callback):
         self._status[trial.trial_id] = state
         rec["state"] = state
         self._dirty = True
+        if state in _FINISHED:
+            self._apply_retention()
         if state == "RUNNING":
             shown = ", ".join(f"{k}={_short(v)}" for k, v in _flat(rec["hparams"]).items())
             verb = "resumed" if previous == "PAUSED" or rec["batches"] else "started"
@@ -203,6 +250,23 @@ class TrialRecorder(Callback):
         tmp = self._dir / f".{TRIALS_FILE}.{uuid.uuid4().hex}.tmp"
         tmp.write_text(json.dumps(data, indent=1, default=str))
         os.replace(tmp, self._dir / TRIALS_FILE)
+
+
+_FINISHED = ("COMPLETED", "ERRORED", "INVALID_HP")
+
+
+def _checkpoint_batches(path: str) -> int | None:
+    try:
+        meta = json.loads((pathlib.Path(path) / "metadata.json").read_text())
+        return int(meta["batches_trained"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _best_remaining(saved: list[dict[str, Any]], spec: ExperimentSpec) -> str | None:
+    sign = 1.0 if spec.smaller_is_better else -1.0
+    validated = [c for c in saved if c["metric"] is not None and math.isfinite(c["metric"])]
+    return min(validated, key=lambda c: sign * c["metric"])["path"] if validated else None
 
 
 def _public(rec: dict[str, Any]) -> dict[str, Any]:
