@@ -124,7 +124,8 @@ def preview_plan(cfg: ExperimentConfig) -> dict[str, Any]:
     s: Any = cfg.searcher
     unit = s.max_length.unit.value
     if s.name in (SearcherName.ADAPTIVE_ASHA, SearcherName.ASYNC_HALVING):
-        plan = adaptive_plan(cfg).to_dict(stop_once=s.stop_once)
+        # SPEC: the preview counts trials per length with `rt - max(int(rt/d), 1)` in both modes.
+        plan = adaptive_plan(cfg).to_dict(stop_once=True)
         plan["unit"] = unit
         return plan
     length = s.max_length.value

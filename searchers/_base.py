@@ -73,6 +73,9 @@ class SearchMethod(Protocol):
     def closed_trials(self) -> list[str]:
         """Paused trials that will never be resumed (to be stopped); each is returned once."""
 
+    def paused_trials(self) -> list[str]:
+        """Trials waiting at a rung for a promotion (after a restore, they must stay paused)."""
+
     @property
     def finished(self) -> bool:
         """True when no more trials will be started or resumed."""

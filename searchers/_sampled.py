@@ -52,6 +52,9 @@ class SampledSearch:
     def closed_trials(self) -> list[str]:
         return self.inner.closed_trials()
 
+    def paused_trials(self) -> list[str]:
+        return self.inner.paused_trials()
+
     @property
     def finished(self) -> bool:
         return self.inner.finished

@@ -119,6 +119,10 @@ class _FullLengthSearch:
         """Never any: these methods do not pause trials."""
         return []
 
+    def paused_trials(self) -> list[str]:
+        """Never any: these methods do not pause trials."""
+        return []
+
     @property
     def active_trials(self) -> list[str]:
         """Trials started and not yet stopped or exited."""

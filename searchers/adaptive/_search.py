@@ -171,6 +171,10 @@ class AdaptiveSearch:
 
     # Progress.
 
+    def paused_trials(self) -> list[str]:
+        """Trials waiting at their rung for a promotion that may still come."""
+        return [tid for tid, t in self._trials.items() if t.status is TrialStatus.PAUSED]
+
     def trial_position(self, trial_id: str) -> tuple[int, int]:
         """(bracket, rung): the rung the trial trains toward, waits at, or ended at."""
         trial = self._known(trial_id)

@@ -35,6 +35,7 @@ class GatedSearcher(Searcher):
 
     def __init__(self, method: SearchMethod, metric: str, smaller_is_better: bool) -> None:
         super().__init__(metric=metric, mode="min" if smaller_is_better else "max")
+        self.metric_name = metric  # Searcher.metric is Optional; this one is always set
         self.method = method
         self.resume_queue: list[str] = []
         self.trial_info: dict[str, dict[str, Any]] = {}
@@ -44,7 +45,9 @@ class GatedSearcher(Searcher):
     ) -> bool:
         return True
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    # Tune's contract: a dict of config, None for "ask again later", or ``Searcher.FINISHED``
+    # (a str) when no trial will ever be suggested again; its annotation leaves out the str.
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         self._drain_resumes()
         if self.resume_queue:
             return None
@@ -100,7 +103,7 @@ class SearchScheduler(FIFOScheduler):
     def __init__(self, searcher: GatedSearcher, smaller_is_better: bool) -> None:
         super().__init__()
         self._searcher = searcher
-        self._metric = searcher.metric
+        self._searcher_metric = searcher.metric_name
         self._worst = math.inf if smaller_is_better else -math.inf
         self._chosen: set[str] = set()
 
@@ -111,7 +114,7 @@ class SearchScheduler(FIFOScheduler):
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         if LENGTH_KEY not in result:
             return TrialScheduler.CONTINUE
-        value = result.get(self._metric)
+        value = result.get(self._searcher_metric)
         value = float(value) if value is not None else math.nan
         if not math.isfinite(value):
             value = self._worst  # NaN or inf: the worst possible result at this rung

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Callable
 from typing import Any
 
 from searchlab._ray_env import connect_ray, quiet_ray_environment
 from searchlab.config import ExperimentConfig
+from searchlab.experiment._ship import pack_model_dir
 from searchlab.experiment._spec import ExperimentSpec
 
 __all__ = ["run_tuner"]
@@ -18,10 +20,13 @@ def _trainable(spec: ExperimentSpec, resources: dict[str, float]) -> Any:
     from ray import tune
 
     from searchlab.experiment._data_parallel import DataParallelTrainable, placement_group_factory
+    from searchlab.experiment._trainable import SearchlabTrainable
 
     if spec.slots_per_trial > 1:
         pgf = placement_group_factory(spec.slots_per_trial, resources["cpu"], resources["gpu"])
-        return tune.with_resources(tune.with_parameters(DataParallelTrainable, experiment=spec), pgf)
+        return tune.with_resources(
+            tune.with_parameters(DataParallelTrainable, experiment=spec), pgf
+        )
     return tune.with_resources(tune.with_parameters(SearchlabTrainable, experiment=spec), resources)
 
 
@@ -45,11 +50,14 @@ def run_tuner(
 
     from searchers import build_search_method
     from searchlab.experiment._adapters import GatedSearcher, SearchScheduler
+    from searchlab.experiment._loggers import result_loggers
     from searchlab.experiment._recorder import TrialRecorder
     from searchlab.experiment._resources import trial_resources
 
     method = build_search_method(cfg)
     started = connect_ray(address, runtime_env=ship)
+    if not started:  # Ray was up already: the job's working_dir cannot carry the model dir
+        spec = dataclasses.replace(spec, model_archive=ray.put(pack_model_dir(spec.model_dir)))
     try:
         resources = trial_resources(cfg, ray.cluster_resources())
         searcher = GatedSearcher(method, spec.metric, spec.smaller_is_better)
@@ -75,7 +83,7 @@ def run_tuner(
                 name=exp_dir.name,
                 storage_path=str(exp_dir.parent),
                 verbose=0,
-                callbacks=[recorder],
+                callbacks=[recorder, *result_loggers()],
                 failure_config=tune.FailureConfig(max_failures=cfg.max_restarts),
                 stop=_fatal_stopper(recorder),
                 log_to_file=True,
