@@ -87,7 +87,8 @@ class Results:
         self.smaller_is_better: bool = bool(self.experiment["smaller_is_better"])
         self._records = self._read_records()
         self.all_reports = self._metrics_frame()
-        self.metrics = self.all_reports[~self.all_reports["superseded"]].drop(columns="superseded")
+        superseded = self.all_reports["superseded"].astype(bool)
+        self.metrics = self.all_reports.loc[~superseded].drop(columns="superseded")
         self.trials = self._trials_frame()
 
     def _read_records(self) -> list[dict[str, Any]]:

@@ -19,7 +19,12 @@ from ray.tune.search import Searcher
 
 from searchers._base import Action, ExitReason, SearchMethod
 from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY
-from searchlab.experiment._trainable import FATAL_KEY, INVALID_HP_KEY, LENGTH_KEY
+from searchlab.experiment._trial_runner import (
+    FATAL_KEY,
+    INVALID_HP_KEY,
+    LENGTH_KEY,
+    TRIAL_ERROR_KEY,
+)
 
 __all__ = ["GatedSearcher", "SearchScheduler"]
 
@@ -73,7 +78,7 @@ class GatedSearcher(Searcher):
             self.method.trial_exited(trial_id, ExitReason.ERRORED)
         elif result and result.get(INVALID_HP_KEY):
             self.method.trial_exited(trial_id, ExitReason.INVALID_HP)
-        elif result and result.get(FATAL_KEY):
+        elif result and (result.get(FATAL_KEY) or result.get(TRIAL_ERROR_KEY)):
             self.method.trial_exited(trial_id, ExitReason.ERRORED)
         else:
             self.method.trial_exited(trial_id, ExitReason.COMPLETED)

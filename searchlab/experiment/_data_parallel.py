@@ -117,9 +117,11 @@ class DataParallelTrainable(tune.Trainable):
 
     def _start_workers(self, n: int) -> list[Any]:
         pg = ray.util.get_current_placement_group()
+        if pg is None:
+            raise RuntimeError("a data-parallel trial must run in its placement group")
         bundles = pg.bundle_specs
-        actor = ray.remote(TrialWorker)
-        workers = [
+        actor: Any = ray.remote(TrialWorker)
+        workers: list[Any] = [
             actor.options(
                 num_cpus=bundles[i + 1].get("CPU", 0),
                 num_gpus=bundles[i + 1].get("GPU", 0),

@@ -1,0 +1,183 @@
+"""On a CUDA GPU: searches place trials on the GPU, pack four on one, and train under AMP.
+
+Skipped without CUDA. The Ray tests share the session's Ray instance (``ray_session``:
+``ray.init(num_cpus=2)``); Ray detects GPUs itself when ``num_gpus`` is not given (NVML,
+limited by ``CUDA_VISIBLE_DEVICES``), which the first test checks. The trial is
+``tests/fixtures/gpu_model/gpu_model_def.py:GpuProbeTrial``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import searchlab  # noqa: E402
+from searchlab import pytorch  # noqa: E402
+from searchlab.pytorch import Batch  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+GPU_MODEL = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "gpu_model"
+
+
+def _config(name: str, hparams: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": name,
+        "entrypoint": "gpu_model_def:GpuProbeTrial",
+        "hyperparameters": {"global_batch_size": 8, **hparams},
+        "searcher": {
+            "name": "grid",
+            "metric": "validation_loss",
+            "max_length": {"batches": 6},
+        },
+        "scheduling_unit": 2,
+        "max_restarts": 0,
+        "reproducibility": {"experiment_seed": 1},
+    }
+    config.update(overrides)
+    return config
+
+
+def _search(config: dict[str, Any], tmp_path: pathlib.Path) -> searchlab.Results:
+    lines: list[str] = []
+    try:
+        return searchlab.run(
+            config, model_dir=GPU_MODEL, storage_path=tmp_path / "runs", echo=lines.append
+        )
+    finally:
+        print("\n".join(lines))  # shown by pytest when the test fails
+
+
+@pytest.mark.ray
+def test_search_on_one_gpu_trains_every_trial_on_cuda(ray_session, tmp_path) -> None:
+    assert ray_session.cluster_resources().get("GPU", 0) >= 1, "Ray did not detect the GPU"
+    config = _config("gpu-grid", {"hidden": {"type": "categorical", "vals": [8, 16]}})
+
+    results = _search(config, tmp_path)
+
+    trials = results.trials
+    assert sorted(trials["hidden"]) == [8, 16]
+    assert trials["state"].tolist() == ["COMPLETED", "COMPLETED"]
+    assert trials["batches"].tolist() == [6, 6]
+    assert trials["best_validation_loss"].notna().all()
+    for checkpoint in trials["checkpoint"]:
+        assert (pathlib.Path(checkpoint) / "state-dict.pth").is_file()
+    metrics = results.metrics
+    for trial_id in trials["trial_id"]:
+        own = metrics[metrics["trial_id"] == trial_id]
+        training = own[own["group"] == "training"]
+        assert training["batches"].tolist() == [2, 4, 6]
+        assert (own[own["group"] == "validation"]["batches"] == 6).all()
+        assert (own["on_cuda"] == 1.0).all()  # training and validation, every report
+
+
+@pytest.mark.ray
+def test_four_trials_at_a_quarter_gpu_each_train_at_the_same_time(ray_session, tmp_path) -> None:
+    records = tmp_path / "records"
+    config = _config(
+        "gpu-packed",
+        {
+            "replica": {"type": "categorical", "vals": [0, 1, 2, 3]},
+            "record_dir": str(records),
+            "barrier": 4,
+        },
+        resources={"gpus_per_trial": 0.25, "cpus_per_trial": 0.5},
+    )
+    config["searcher"]["max_concurrent_trials"] = 4
+
+    results = _search(config, tmp_path)
+
+    assert results.trials["state"].tolist() == ["COMPLETED"] * 4
+    assert results.trials["batches"].tolist() == [6] * 4
+    seen = [json.loads(p.read_text()) for p in sorted(records.glob("trial-*.json"))]
+    assert sorted(r["trial_id"] for r in seen) == sorted(results.trials["trial_id"])
+    # Each trial waited at its first batch until all four were there: only concurrent
+    # trials get past that barrier with 4 peers (otherwise it times out with fewer).
+    assert [r["peers"] for r in seen] == [4, 4, 4, 4]
+    assert max(r["arrived"] for r in seen) < min(r["finished"] for r in seen)
+    assert len({r["pid"] for r in seen}) == 4
+    assert all(r["device"].startswith("cuda") for r in seen)
+    if ray_session.cluster_resources().get("GPU", 0) == 1:
+        assert len({r["cuda_visible_devices"] for r in seen}) == 1  # one GPU, shared
+    training = results.metrics[results.metrics["group"] == "training"]
+    assert (training["on_cuda"] == 1.0).all()
+    assert (training["peers"] == 4).all()
+
+
+def _fit(
+    directory: pathlib.Path, hparams: dict[str, Any], batches: int, latest: str | None = None
+) -> tuple[Any, pytorch.Trainer, str]:
+    from gpu_model.gpu_model_def import GpuProbeTrial
+
+    with pytorch.init(
+        hparams={"global_batch_size": 8, **hparams},
+        checkpoint_dir=directory,
+        seed=3,
+        enable_tensorboard_logging=False,
+    ) as ctx:
+        assert ctx.device.type == "cuda"
+        trial = GpuProbeTrial(ctx)
+        trainer = pytorch.Trainer(trial, ctx)
+        path = trainer.fit(max_length=Batch(batches), latest_checkpoint=latest)
+    assert path is not None
+    return trial, trainer, path
+
+
+def _training_metrics(trainer: pytorch.Trainer) -> dict[str, float]:
+    (report,) = [r for r in trainer.reports if r.group == "training"]
+    return report.metrics
+
+
+def _saved_scalers(path: str) -> list[dict[str, Any]]:
+    state = torch.load(f"{path}/state-dict.pth", map_location="cpu", weights_only=False)
+    return state["scaler_state_dict"]
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() and not torch.cuda.is_bf16_supported(), reason="GPU lacks bf16"
+)
+def test_use_amp_trains_under_bf16_autocast_on_cuda(tmp_path) -> None:
+    trial, trainer, path = _fit(tmp_path, {"amp": True}, batches=4)
+
+    metrics = _training_metrics(trainer)
+    assert metrics["on_cuda"] == 1.0
+    assert metrics["act_bf16"] == 1.0  # every batch: the mean over the window
+    assert not torch.is_autocast_enabled("cuda")  # only inside the trial's calls
+    assert _saved_scalers(path) == []  # bf16 needs no loss scaling
+    assert trial.model[0].weight.dtype == torch.float32  # fp32 master weights
+
+
+def test_use_amp_without_bf16_uses_fp16_and_checkpoints_its_scaler(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+
+    _, trainer, path = _fit(tmp_path, {"amp": True}, batches=4)
+
+    metrics = _training_metrics(trainer)
+    assert metrics["act_fp16"] == 1.0
+    assert torch.isfinite(torch.tensor(metrics["loss"]))
+    (scaler,) = _saved_scalers(path)  # the automatic GradScaler, saved with the checkpoint
+    assert 0 < scaler["scale"] <= 2.0**16  # its default start; halved on any overflow
+
+
+def test_wrapped_cuda_grad_scaler_resumes_from_its_checkpoint(tmp_path) -> None:
+    hp = {"fp16_scaler": True, "init_scale": 1024.0}
+    whole, _, _ = _fit(tmp_path / "whole", hp, batches=6)
+    first, _, path = _fit(tmp_path / "first", hp, batches=3)
+    (scaler,) = _saved_scalers(path)
+    assert scaler["scale"] == 8192.0  # doubled after each of 3 finite steps
+
+    second, trainer, _ = _fit(tmp_path / "second", hp, batches=6, latest=path)
+
+    assert second.scales[0] == 8192.0  # restored before training went on
+    assert first.scales + second.scales == whole.scales == [1024.0 * 2**k for k in range(6)]
+    assert _training_metrics(trainer)["act_fp16"] == 1.0
+    for resumed, uninterrupted in zip(second.model.parameters(), whole.model.parameters()):
+        assert torch.equal(resumed, uninterrupted)
