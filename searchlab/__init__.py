@@ -15,7 +15,7 @@ from searchlab.errors import (
     SearchlabError,
     TrialDefinitionError,
 )
-from searchlab.experiment import run
+from searchlab.experiment import resume, run
 from searchlab.results import Results, load_results
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "SearchlabError",
     "TrialDefinitionError",
     "load_results",
+    "resume",
     "run",
 ]
 

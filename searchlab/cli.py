@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config field, e.g. --config searcher.max_trials=8",
     )
+    resume = sub.add_parser("resume", help="continue an interrupted or crashed experiment")
+    resume.add_argument("experiment_dir", help="the experiment directory `searchlab run` printed")
+    resume.add_argument(
+        "--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)"
+    )
     res = sub.add_parser("results", help="print the trials table of an experiment directory")
     res.add_argument("experiment_dir")
     res.add_argument("--csv", action="store_true", help="print CSV instead of a table")
@@ -62,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 overrides=args.overrides,
                 name=args.name,
             )
+        elif args.command == "resume":
+            import searchlab
+
+            searchlab.resume(args.experiment_dir, address=args.address)
         elif args.command == "results":
             _print_results(args.experiment_dir, csv=args.csv, metrics=args.metrics)
         elif args.command == "preview":

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from searchlab.experiment._runner import run
+from searchlab.experiment._runner import resume, run
 
-__all__ = ["run"]
+__all__ = ["resume", "run"]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import signal
 from typing import Any
 
 from ray.tune.experiment import Trial
@@ -26,7 +28,7 @@ from searchlab.experiment._trial_runner import (
     TRIAL_ERROR_KEY,
 )
 
-__all__ = ["GatedSearcher", "SearchScheduler"]
+__all__ = ["GatedSearcher", "RunControl", "SearchScheduler"]
 
 _DECISIONS = {
     Action.CONTINUE: TrialScheduler.CONTINUE,
@@ -35,13 +37,29 @@ _DECISIONS = {
 }
 
 
+class RunControl:
+    """What the driver tells the adapters: an interrupt to honour, a restore to settle."""
+
+    def __init__(self, *, restored: bool = False) -> None:
+        self.interrupted = False  # Ctrl-C: pause every trial at a checkpoint, start nothing
+        self.drained = False  # interrupted and no trial runs any more: the run ends
+        self.restored = restored  # the first scheduling step re-pauses trials waiting at rungs
+
+
 class GatedSearcher(Searcher):
     """Hands Tune the search method's new trials; None ("ask later") while promotions are due."""
 
-    def __init__(self, method: SearchMethod, metric: str, smaller_is_better: bool) -> None:
+    def __init__(
+        self,
+        method: SearchMethod,
+        metric: str,
+        smaller_is_better: bool,
+        control: RunControl | None = None,
+    ) -> None:
         super().__init__(metric=metric, mode="min" if smaller_is_better else "max")
         self.metric_name = metric  # Searcher.metric is Optional; this one is always set
         self.method = method
+        self.control = control or RunControl()
         self.resume_queue: list[str] = []
         self.trial_info: dict[str, dict[str, Any]] = {}
 
@@ -54,7 +72,7 @@ class GatedSearcher(Searcher):
     # (a str) when no trial will ever be suggested again; its annotation leaves out the str.
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         self._drain_resumes()
-        if self.resume_queue:
+        if self.resume_queue or self.control.interrupted:
             return None
         start = self.method.start_trial(trial_id)
         if start is None:
@@ -111,12 +129,19 @@ class SearchScheduler(FIFOScheduler):
         self._searcher_metric = searcher.metric_name
         self._worst = math.inf if smaller_is_better else -math.inf
         self._chosen: set[str] = set()
+        self._pausing: set[str] = set()
 
     @property
     def method(self) -> SearchMethod:
         return self._searcher.method
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        decision = self._decide(tune_controller, trial, result)
+        if self._searcher.control.interrupted and decision == TrialScheduler.CONTINUE:
+            return TrialScheduler.CONTINUE if result.get("done") else TrialScheduler.PAUSE
+        return decision
+
+    def _decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         if LENGTH_KEY not in result:
             return TrialScheduler.CONTINUE
         value = result.get(self._searcher_metric)
@@ -140,6 +165,13 @@ class SearchScheduler(FIFOScheduler):
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         self._searcher._drain_resumes()
         trials = {t.trial_id: t for t in tune_controller.get_trials()}
+        control = self._searcher.control
+        if control.restored:
+            control.restored = False
+            self._repause(tune_controller, trials)
+        if control.interrupted:
+            self._pause_everything(tune_controller, trials)
+            return None
         queue = self._searcher.resume_queue
         for trial_id in list(queue):
             trial = trials.get(trial_id)
@@ -159,6 +191,33 @@ class SearchScheduler(FIFOScheduler):
                 if trial.status == Trial.PAUSED:
                     tune_controller.stop_trial(trial)
         return None
+
+    def _repause(self, tune_controller: Any, trials: dict[str, Trial]) -> None:
+        """After a restore Tune brings every unfinished trial back as PENDING; those waiting at
+        a rung for a promotion must stay paused until the rungs promote them."""
+        waiting = set(self.method.paused_trials()) - set(self._searcher.resume_queue)
+        for trial_id in waiting:
+            trial = trials.get(trial_id)
+            if trial is not None and trial.status == Trial.PENDING:
+                tune_controller._set_trial_status(trial, Trial.PAUSED)
+
+    def _pause_everything(self, tune_controller: Any, trials: dict[str, Trial]) -> None:
+        """Ctrl-C: running trials pause with a checkpoint; queued ones stay unstarted."""
+        running = False
+        for trial in trials.values():
+            if trial.status == Trial.RUNNING:
+                running = True
+                if trial.trial_id not in self._pausing:
+                    self._pausing.add(trial.trial_id)
+                    tune_controller.pause_trial(trial, should_checkpoint=True)
+            elif trial.status == Trial.PENDING and trial.trial_id not in self._pausing:
+                tune_controller._set_trial_status(trial, Trial.PAUSED)
+        control = self._searcher.control
+        if not running and not control.drained:
+            control.drained = True
+            # Tune's own way to end a run resumably (its SIGUSR1 handler): the trials keep
+            # their PAUSED state in the saved experiment, for `searchlab resume`.
+            os.kill(os.getpid(), signal.SIGUSR1)
 
     def debug_string(self) -> str:
         return "searchlab scheduler"

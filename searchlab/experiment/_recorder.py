@@ -58,6 +58,7 @@ class TrialRecorder(Callback):
         echo: Callable[[str], None] = print,
         table_every_s: float = 15.0,
         rung_table: Callable[[], list[dict[str, Any]]] | None = None,
+        restored: bool = False,
     ) -> None:
         self._spec = spec
         self._dir = experiment_dir
@@ -76,6 +77,30 @@ class TrialRecorder(Callback):
             save_experiment_best=int(storage.get("save_experiment_best", 0)),
             smaller_is_better=spec.smaller_is_better,
         )
+        self._restored = restored
+        if restored:
+            self._load_existing()
+
+    def _drop_phantoms(self, trials: list[Trial]) -> None:
+        """Trials the dead driver created after Tune's last saved state never existed for the
+        resumed experiment (its searcher will create them anew): forget their records."""
+        self._restored = False
+        known = {t.trial_id for t in trials}
+        for trial_id, rec in list(self.records.items()):
+            if trial_id not in known and rec["state"] not in _FINISHED:
+                del self.records[trial_id]
+                self._dirty = True
+
+    def _load_existing(self) -> None:
+        """A resumed experiment keeps its trials' records (best metric, checkpoints, errors)."""
+        path = self._dir / TRIALS_FILE
+        if not path.is_file():
+            return
+        for rec in json.loads(path.read_text()).get("trials", []):
+            rec.setdefault("saved_checkpoints", [])
+            self.records[rec["trial_id"]] = rec
+            if rec["state"] in _FINISHED:
+                self._status[rec["trial_id"]] = rec["state"]
 
     # -- Tune hooks -----------------------------------------------------------------
     def on_trial_start(
@@ -167,6 +192,8 @@ class TrialRecorder(Callback):
         self._say(trial, f"failed; retry {rec['restarts']} from its latest checkpoint")
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        if self._restored:
+            self._drop_phantoms(trials)
         for trial in trials:
             self._track_status(trial)
         if self._dirty:

@@ -14,7 +14,7 @@ from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
 from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._spec import ExperimentSpec
 
-__all__ = ["EXPERIMENT_FILE", "run"]
+__all__ = ["EXPERIMENT_FILE", "resume", "run"]
 
 EXPERIMENT_FILE = "experiment.json"
 
@@ -56,16 +56,56 @@ def run(
     from searchlab.experiment._tune import run_tuner
 
     try:
-        fatal = run_tuner(cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg))
+        outcome = run_tuner(cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg))
     except SearchlabError:
         _discard_if_unused(exp_dir)  # rejected before any trial: a rerun may reuse the name
         raise
-    if fatal:
-        raise TrialDefinitionError(_explain_fatal(cfg, fatal))
+    return _finish(cfg, exp_dir, outcome, echo)
+
+
+def resume(
+    experiment_dir: str | os.PathLike[str],
+    address: str | None = None,
+    *,
+    echo: Callable[[str], None] = print,
+) -> Any:
+    """Continue an experiment whose driver died or was interrupted; returns its ``Results``.
+
+    Finished trials stay finished; paused and running trials continue from their latest
+    checkpoints; the searcher's rungs, promotions and random streams continue where they were.
+
+    Example:
+        >>> results = searchlab.resume("searchlab-results/mnist_pytorch_adaptive")
+    """
+    exp_dir = pathlib.Path(experiment_dir).resolve()
+    meta_file = exp_dir / EXPERIMENT_FILE
+    if not meta_file.is_file() or not (exp_dir / "tuner.pkl").is_file():
+        raise ConfigError(
+            f"{exp_dir}: not a searchlab experiment that can be resumed (no {EXPERIMENT_FILE} "
+            "or Tune state); pass the directory `searchlab run` printed"
+        )
+    meta = json.loads(meta_file.read_text())
+    cfg = load_experiment_config(meta["config"], model_dir=meta["model_dir"])
+    spec = ExperimentSpec.from_config(cfg, exp_dir.name)
+    from searchlab.experiment._tune import run_tuner
+
+    outcome = run_tuner(
+        cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg), restore=True
+    )
+    return _finish(cfg, exp_dir, outcome, echo)
+
+
+def _finish(
+    cfg: ExperimentConfig, exp_dir: pathlib.Path, outcome: Any, echo: Callable[[str], None]
+) -> Any:
     from searchlab.results import load_results
 
+    if outcome.fatal:
+        raise TrialDefinitionError(_explain_fatal(cfg, outcome.fatal))
     results = load_results(exp_dir)
     echo(results.summary())
+    if outcome.interrupted:
+        echo(f"paused; continue with: searchlab resume {exp_dir}")
     return results
 
 

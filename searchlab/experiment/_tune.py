@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import pathlib
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from ray.tune.stopper import Stopper
 
 from searchlab._ray_env import connect_ray, quiet_ray_environment
 from searchlab.config import ExperimentConfig
 from searchlab.experiment._ship import pack_model_dir
 from searchlab.experiment._spec import ExperimentSpec
 
-__all__ = ["run_tuner"]
+__all__ = ["RunOutcome", "run_tuner"]
 
 
 def _trainable(spec: ExperimentSpec, resources: dict[str, float]) -> Any:
@@ -42,15 +48,14 @@ def run_tuner(
     address: str | None,
     echo: Callable[[str], None],
     ship: dict[str, Any],
-) -> str | None:
-    """Run the experiment to its end; returns a fatal trial-definition error, if one stopped it."""
+    restore: bool = False,
+) -> RunOutcome:
+    """Run the experiment (or, with ``restore``, continue it) until it ends or is interrupted."""
     quiet_ray_environment()
     import ray
-    from ray import tune
 
     from searchers import build_search_method
-    from searchlab.experiment._adapters import GatedSearcher, SearchScheduler
-    from searchlab.experiment._loggers import result_loggers
+    from searchlab.experiment._adapters import GatedSearcher, RunControl, SearchScheduler
     from searchlab.experiment._recorder import TrialRecorder
     from searchlab.experiment._resources import trial_resources
 
@@ -60,54 +65,124 @@ def run_tuner(
         spec = dataclasses.replace(spec, model_archive=ray.put(pack_model_dir(spec.model_dir)))
     try:
         resources = trial_resources(cfg, ray.cluster_resources())
-        searcher = GatedSearcher(method, spec.metric, spec.smaller_is_better)
+        control = RunControl(restored=restore)
+        searcher = GatedSearcher(method, spec.metric, spec.smaller_is_better, control)
         scheduler = SearchScheduler(searcher, spec.smaller_is_better)
         recorder = TrialRecorder(
-            spec, exp_dir, echo, rung_table=getattr(method, "rung_table", None)
+            spec, exp_dir, echo, rung_table=getattr(method, "rung_table", None), restored=restore
         )
-        trainable = _trainable(spec, resources)
-        concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or None
-        adaptive = hasattr(method, "rung_table")
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=searcher,
-                scheduler=scheduler,
-                num_samples=-1,
-                reuse_actors=True,
-                max_concurrent_trials=None if adaptive else concurrency,
-                trial_dirname_creator=_trial_dirname,
-                trial_name_creator=_trial_dirname,
-            ),
-            run_config=tune.RunConfig(
-                name=exp_dir.name,
-                storage_path=str(exp_dir.parent),
-                verbose=0,
-                callbacks=[recorder, *result_loggers()],
-                failure_config=tune.FailureConfig(max_failures=cfg.max_restarts),
-                stop=_fatal_stopper(recorder),
-                log_to_file=True,
-            ),
+        parts = _TunerParts(searcher, scheduler, recorder, control, _trainable(spec, resources))
+        tuner = (
+            _restored_tuner(exp_dir, parts) if restore else _new_tuner(cfg, spec, exp_dir, parts)
         )
-        echo(f"experiment {spec.name}: {cfg.searcher.name.value} search, results in {exp_dir}")
-        tuner.fit()
+        verb = "continues" if restore else "starts"
+        echo(
+            f"experiment {spec.name} {verb}: {cfg.searcher.name.value} search, results in {exp_dir}"
+        )
+        with _interrupt_handler(control, echo):
+            tuner.fit()
         recorder.print_table()
-        return recorder.fatal
+        return RunOutcome(fatal=recorder.fatal, interrupted=control.interrupted)
     finally:
         if started:
             ray.shutdown()
 
 
-def _fatal_stopper(recorder: Any) -> Any:
-    from ray.tune.stopper import Stopper
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    fatal: str | None  # a user error every trial would hit stopped the experiment
+    interrupted: bool  # Ctrl-C paused the trials; `searchlab resume` continues
 
-    class FatalStopper(Stopper):
-        """Stops the whole experiment once a trial hit an error every trial would hit."""
 
-        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-            return False
+@dataclasses.dataclass(frozen=True)
+class _TunerParts:
+    searcher: Any
+    scheduler: Any
+    recorder: Any
+    control: Any
+    trainable: Any
 
-        def stop_all(self) -> bool:
-            return recorder.fatal is not None
 
-    return FatalStopper()
+def _new_tuner(
+    cfg: ExperimentConfig, spec: ExperimentSpec, exp_dir: pathlib.Path, parts: _TunerParts
+) -> Any:
+    from ray import tune
+
+    from searchlab.experiment._loggers import result_loggers
+
+    concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or None
+    adaptive = hasattr(parts.searcher.method, "rung_table")
+    return tune.Tuner(
+        parts.trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=parts.searcher,
+            scheduler=parts.scheduler,
+            num_samples=-1,
+            reuse_actors=True,
+            max_concurrent_trials=None if adaptive else concurrency,
+            trial_dirname_creator=_trial_dirname,
+            trial_name_creator=_trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            name=exp_dir.name,
+            storage_path=str(exp_dir.parent),
+            verbose=0,
+            callbacks=[parts.recorder, *result_loggers()],
+            failure_config=tune.FailureConfig(max_failures=cfg.max_restarts),
+            stop=_ExperimentStopper(parts.recorder),
+            log_to_file=True,
+        ),
+    )
+
+
+def _restored_tuner(exp_dir: pathlib.Path, parts: _TunerParts) -> Any:
+    """Tune's saved experiment (trials, their checkpoints, the searcher's state) with this
+    driver's live objects: Tune restores the searcher's state into ``parts.searcher``."""
+    from ray import tune
+
+    from searchlab.experiment._loggers import result_loggers
+
+    tuner = tune.Tuner.restore(
+        str(exp_dir), trainable=parts.trainable, resume_unfinished=True, resume_errored=False
+    )
+    internal: Any = tuner._local_tuner  # Tune offers no public way to swap these on restore
+    internal._tune_config.search_alg = parts.searcher
+    internal._tune_config.scheduler = parts.scheduler
+    internal._run_config.callbacks = [parts.recorder, *result_loggers()]
+    internal._run_config.stop = _ExperimentStopper(parts.recorder)
+    internal._run_config.verbose = 0
+    return tuner
+
+
+class _ExperimentStopper(Stopper):
+    """Ends the run when a user error would hit every trial."""
+
+    def __init__(self, recorder: Any) -> None:
+        self._recorder = recorder
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self._recorder.fatal is not None
+
+
+@contextlib.contextmanager
+def _interrupt_handler(control: Any, echo: Callable[[str], None]) -> Iterator[None]:
+    """First Ctrl-C: pause every trial at a checkpoint and end; second: quit at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if control.interrupted:
+            raise KeyboardInterrupt
+        control.interrupted = True
+        echo("interrupted: pausing every trial at a checkpoint (Ctrl-C again quits at once)")
+
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -15,13 +15,17 @@ MODEL_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "ddp_mode
 LENGTH = 20
 
 
-def _config(searcher: dict[str, Any], lr: Any) -> dict[str, Any]:
+def _config(searcher: dict[str, Any], lr: Any, gpus: float) -> dict[str, Any]:
+    # One GPU per worker where 2 GPUs exist (nccl); otherwise CPU workers (gloo).
+    resources = {"slots_per_trial": 2, "cpus_per_trial": 0.5}
+    if gpus < 2:
+        resources["gpus_per_trial"] = 0
     return {
         "name": "ddp",
         "entrypoint": "model_def:DDPTrial",
         "hyperparameters": {"global_batch_size": 16, "lr": lr},
         "searcher": {"metric": "validation_loss", "max_length": {"batches": LENGTH}, **searcher},
-        "resources": {"slots_per_trial": 2, "cpus_per_trial": 0.5},
+        "resources": resources,
         "scheduling_unit": 5,
         "max_restarts": 0,
         # Seed 0 gives the first trial lr=0.05 (it learns) and the second lr=0.0 (it cannot),
@@ -48,10 +52,12 @@ def test_two_worker_trial_pauses_resumes_and_matches_uninterrupted_run(
     ray_session: Any, tmp_path: pathlib.Path
 ) -> None:
     lines: list[str] = []
+    gpus = ray_session.cluster_resources().get("GPU", 0)
     paused = searchlab.run(
         _config(
             {"name": "async_halving", "num_rungs": 2, "divisor": 2, "max_trials": 2},
             {"type": "categorical", "vals": [0.05, 0.0]},
+            gpus,
         ),
         model_dir=MODEL_DIR,
         storage_path=tmp_path / "search",
@@ -68,9 +74,11 @@ def test_two_worker_trial_pauses_resumes_and_matches_uninterrupted_run(
     ]
     assert list(reports["batches"]) == [5, 10, 15, 20]  # resumed, never restarted
     assert set(reports["world_size"]) == {2.0}
+    # On a machine with 2 GPUs the workers train on them (nccl); elsewhere on CPU (gloo).
+    assert set(reports["on_cuda"]) == {1.0 if gpus >= 2 else 0.0}
 
     whole = searchlab.run(
-        _config({"name": "single"}, 0.05),
+        _config({"name": "single"}, 0.05, gpus),
         model_dir=MODEL_DIR,
         storage_path=tmp_path / "whole",
         echo=lines.append,

@@ -1,0 +1,178 @@
+"""An adaptive search killed (SIGKILL) or interrupted (Ctrl-C) mid-way, then resumed.
+
+Each run is a real `searchlab` process with its own Ray (its own RAY_TMPDIR, so the processes
+it leaves behind can be found); trials run one at a time, so the order of results, and so the
+rungs, are the same in every run with the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+import searchlab
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+MODEL_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "resume_model"
+CONFIG = {
+    "name": "resume-test",
+    "entrypoint": "resume_trial:ResumeTrial",
+    "hyperparameters": {
+        "global_batch_size": 4,
+        "sleep_s": 0.05,
+        "lr": {"type": "log", "base": 10, "minval": -3, "maxval": 0},
+    },
+    "searcher": {
+        "name": "adaptive_asha",
+        "metric": "validation_loss",
+        "max_trials": 16,
+        "max_length": {"batches": 64},
+        "mode": "aggressive",
+        "divisor": 4,
+    },
+    "scheduling_unit": 2,
+    "resources": {"cpus_per_trial": 2},  # one trial at a time: a deterministic order
+    "checkpoint_storage": {"save_trial_latest": 3},
+    "max_restarts": 0,
+    "reproducibility": {"experiment_seed": 11},
+}
+
+
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    """A short RAY_TMPDIR of this test's own (Ray's socket paths must stay < 108 chars)."""
+    path = tempfile.mkdtemp(prefix="slr-", dir="/tmp")
+    yield path
+    _kill_ray_processes(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _ray_pids(ray_tmp: str) -> list[int]:
+    pids = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if ray_tmp.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _kill_ray_processes(ray_tmp: str) -> None:
+    for pid in _ray_pids(ray_tmp):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _searchlab(args: list[str], ray_tmp: str, log: pathlib.Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "searchlab.cli", *args]
+    return subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def _wait_for(log: pathlib.Path, text: str, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.is_file() and log.read_text().count(text) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{count} x {text!r} not seen in time:\n{log.read_text()[-3000:]}")
+
+
+def _final_rungs(results: searchlab.Results) -> list[tuple[float, int, str]]:
+    return sorted((round(r.lr, 9), int(r.batches), r.state) for r in results.trials.itertuples())
+
+
+def _assert_no_repeated_batches(results: searchlab.Results) -> None:
+    training = results.metrics[results.metrics["group"] == "training"]
+    for trial_id, reports in training.groupby("trial_id"):
+        batches = reports["batches"].tolist()
+        assert batches == sorted(set(batches)), f"{trial_id} repeats batches: {batches}"
+        assert batches[0] == 2, f"{trial_id} restarted from 0 or skipped: {batches}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[float, int, str]]:
+    tmp = tmp_path_factory.mktemp("whole")
+    ray_tmp = tempfile.mkdtemp(prefix="slr-", dir="/tmp")
+    try:
+        config = tmp / "adaptive.yaml"
+        config.write_text(yaml.safe_dump(CONFIG))
+        proc = _searchlab(
+            ["run", str(config), str(MODEL_DIR), "--storage-path", str(tmp)], ray_tmp, tmp / "log"
+        )
+        assert proc.wait(timeout=300) == 0, (tmp / "log").read_text()
+    finally:
+        _kill_ray_processes(ray_tmp)
+    return _final_rungs(searchlab.load_results(tmp / "resume-test"))
+
+
+def test_sigkill_then_resume_ends_as_an_uninterrupted_run(
+    tmp_path: pathlib.Path, ray_tmp: str, uninterrupted: list[tuple[float, int, str]]
+) -> None:
+    config = tmp_path / "adaptive.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    log = tmp_path / "run.log"
+    proc = _searchlab(
+        ["run", str(config), str(MODEL_DIR), "--storage-path", str(tmp_path)], ray_tmp, log
+    )
+    _wait_for(log, "paused at batch", 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    _kill_ray_processes(ray_tmp)  # what a reboot would do to the dead driver's Ray
+    exp_dir = tmp_path / "resume-test"
+    before = set(searchlab.load_results(exp_dir).trials["trial_id"])
+
+    resumed_log = tmp_path / "resume.log"
+    resumed = _searchlab(["resume", str(exp_dir)], ray_tmp, resumed_log)
+    assert resumed.wait(timeout=300) == 0, resumed_log.read_text()
+    results = searchlab.load_results(exp_dir)
+    assert set(results.trials["trial_id"]) >= before - {
+        t for t in before if t not in set(results.trials["trial_id"])
+    }
+    assert (results.trials["state"] == "COMPLETED").all()
+    _assert_no_repeated_batches(results)
+    assert _final_rungs(results) == uninterrupted
+
+
+def test_ctrl_c_pauses_everything_then_resume_finishes(
+    tmp_path: pathlib.Path, ray_tmp: str, uninterrupted: list[tuple[float, int, str]]
+) -> None:
+    config = tmp_path / "adaptive.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    log = tmp_path / "run.log"
+    proc = _searchlab(
+        ["run", str(config), str(MODEL_DIR), "--storage-path", str(tmp_path)], ray_tmp, log
+    )
+    _wait_for(log, "paused at batch", 3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 0, log.read_text()
+    text = log.read_text()
+    exp_dir = tmp_path / "resume-test"
+    assert f"searchlab resume {exp_dir}" in text
+    assert "Traceback" not in text
+    assert _ray_pids(ray_tmp) == []  # searchlab started Ray, so it leaves none behind
+    interrupted = searchlab.load_results(exp_dir).trials
+    assert not (interrupted["state"] == "RUNNING").any()
+
+    resumed_log = tmp_path / "resume.log"
+    resumed = _searchlab(["resume", str(exp_dir)], ray_tmp, resumed_log)
+    assert resumed.wait(timeout=300) == 0, resumed_log.read_text()
+    results = searchlab.load_results(exp_dir)
+    assert set(interrupted["trial_id"]) <= set(results.trials["trial_id"])
+    _assert_no_repeated_batches(results)
+    assert _final_rungs(results) == uninterrupted
