@@ -35,7 +35,7 @@ _TUNE_KEYS = {
     "epochs",
 }
 
-_TRIAL_EXTRAS = ("bracket", "rung", "restarts", "trial_seed", "error")
+_TRIAL_EXTRAS = ("bracket", "rung", "restarts", "trial_seed", "error", "warnings")
 
 
 def _flatten(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:

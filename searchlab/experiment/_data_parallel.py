@@ -38,19 +38,37 @@ class TrialWorker:
 
     def __init__(self, rank: int, size: int) -> None:
         self.rank, self.size = rank, size
+        self.local_rank, self.local_size = 0, 1
         self._runner: TrialRunner | None = None
 
-    def address(self) -> tuple[str, int]:
+    def placement(self) -> tuple[str, list[str]]:
+        """This worker's node and the GPU ids Ray gave it."""
+        return ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
+
+    def free_port(self) -> int:
         with socket.socket() as s:
             s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+            return int(s.getsockname()[1])
 
-    def init_group(self, host: str, port: int) -> None:
+    def init_group(
+        self, host: str, port: int, local_rank: int, local_size: int, visible: list[str]
+    ) -> None:
+        """Join the trial's process group. All GPUs of the node's workers stay visible (as
+        with torchrun), so NCCL can use the peer-to-peer links between them."""
+        self.local_rank, self.local_size = local_rank, local_size
         if torch.distributed.is_initialized():
             return
+        own = [str(g) for g in ray.get_gpu_ids()]
+        if visible and own:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+            torch.cuda.set_device(visible.index(own[0]))  # the context trains on this device
+        os.environ.update(
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.size),
+            LOCAL_RANK=str(local_rank),
+            LOCAL_WORLD_SIZE=str(local_size),
+        )
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.size), LOCAL_RANK="0")
         torch.distributed.init_process_group(
             backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.size
         )
@@ -60,7 +78,9 @@ class TrialWorker:
     ) -> None:
         if self._runner is not None:
             self._runner.close()
-        dist = DistributedContext(rank=self.rank, size=self.size, local_rank=0, local_size=1)
+        dist = DistributedContext(
+            rank=self.rank, size=self.size, local_rank=self.local_rank, local_size=self.local_size
+        )
         self._runner = TrialRunner(
             spec,
             config,
@@ -78,6 +98,10 @@ class TrialWorker:
         buf = io.BytesIO()
         torch.save(capture_rng_state(), buf)
         return buf.getvalue()
+
+    def checkpoint_written(self, directory: str) -> None:
+        assert self._runner is not None
+        self._runner.checkpoint_written(directory)
 
     def state(self) -> bytes | None:
         assert self._runner is not None
@@ -131,8 +155,15 @@ class DataParallelTrainable(tune.Trainable):
             ).remote(i, n)
             for i in range(n)
         ]
-        host, port = ray.get(workers[0].address.remote())
-        ray.get([w.init_group.remote(host, port) for w in workers])
+        placements = ray.get([w.placement.remote() for w in workers])
+        host, port = placements[0][0], ray.get(workers[0].free_port.remote())
+        calls = []
+        for worker, (node, _) in zip(workers, placements):
+            same_node = [i for i, (n, _) in enumerate(placements) if n == node]
+            local_rank = same_node.index(workers.index(worker))
+            visible = list(dict.fromkeys(g for i in same_node for g in placements[i][1]))
+            calls.append(worker.init_group.remote(host, port, local_rank, len(same_node), visible))
+        ray.get(calls)
         return workers
 
     def _build(self, config: dict[str, Any]) -> None:
@@ -154,6 +185,7 @@ class DataParallelTrainable(tune.Trainable):
         # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
         write_checkpoint_files(checkpoint_dir, state, metadata)
+        ray.get(self._workers[0].checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
         return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:

@@ -32,6 +32,7 @@ from searchlab.experiment._trial_runner import (
     LENGTH_KEY,
     RUNG_KEY,
     TRIAL_ERROR_KEY,
+    WARNING_KEY,
 )
 
 __all__ = ["TRIALS_FILE", "TrialRecorder"]
@@ -124,6 +125,9 @@ class TrialRecorder(Callback):
         if result.get(TRIAL_ERROR_KEY):
             rec["error"] = result[TRIAL_ERROR_KEY]
             rec["_fatal"] = True  # shown as ERRORED although Tune ended it normally
+        if result.get(WARNING_KEY):
+            rec.setdefault("warnings", []).append(str(result[WARNING_KEY]))
+            self._say(trial, f"warning: {result[WARNING_KEY]}")
         if result.get("group") == "validation" and self._spec.metric in result:
             rec["_validated_at"] = int(result.get("batches", -1))
             self._on_validation(trial, rec, result)
@@ -225,6 +229,7 @@ class TrialRecorder(Callback):
                 "latest_checkpoint": None,
                 "error": None,
                 "restarts": 0,
+                "warnings": [],
                 "trial_dir": trial.local_path,
                 "saved_checkpoints": [],
             }

@@ -36,6 +36,7 @@ __all__ = [
     "LENGTH_KEY",
     "RUNG_KEY",
     "TRIAL_ERROR_KEY",
+    "WARNING_KEY",
     "TrialRunner",
     "load_with_fallback",
     "shipped_model_dir",
@@ -48,6 +49,11 @@ RUNG_KEY = "searchlab_rung"
 INVALID_HP_KEY = "searchlab_invalid_hp"
 FATAL_KEY = "searchlab_fatal"  # a user error every trial would hit: the experiment stops
 TRIAL_ERROR_KEY = "searchlab_trial_error"  # this trial failed for good (e.g. a NaN loss)
+WARNING_KEY = "searchlab_warning"  # something the user should know (a corrupt checkpoint skipped)
+# In a state dict from ``load_with_fallback``: why it is an earlier checkpoint's. The trainable
+# hands the state to ``TrialRunner.load``, which reports it with the trial's next result (a
+# warning on a worker would only reach Ray's log files).
+_FALLBACK_KEY = "searchlab_fallback"
 
 
 class TrialRunner:
@@ -70,6 +76,7 @@ class TrialRunner:
         self._events: Iterator[Report] | None = None
         self._invalid: str | None = None
         self._fatal: str | None = None
+        self._warnings: list[str] = []
         self.loop: TrialLoop | None = None
         try:
             self.loop = self._make_loop(
@@ -132,6 +139,13 @@ class TrialRunner:
 
     def step(self) -> dict[str, Any]:
         """Train to the next report and return it as a Tune result."""
+        result = self._step()
+        if self._warnings:
+            result[WARNING_KEY] = "; ".join(self._warnings)
+            self._warnings = []
+        return result
+
+    def _step(self) -> dict[str, Any]:
         if self._invalid is not None:
             return {"done": True, INVALID_HP_KEY: self._invalid, "group": "invalid_hp"}
         if self._fatal is not None:
@@ -201,6 +215,9 @@ class TrialRunner:
             self.loop.checkpoint_written(directory)
 
     def load(self, state: dict[str, Any], checkpoint_uuid: str | None) -> None:
+        if _FALLBACK_KEY in state:
+            state = dict(state)
+            self._warnings.append(str(state.pop(_FALLBACK_KEY)))
         if self.loop is not None:
             self.loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
             self._events = None
@@ -237,7 +254,11 @@ def load_with_fallback(path: str | os.PathLike[str]) -> tuple[dict[str, Any], pa
     """Load a Tune checkpoint; if it is corrupt, warn and use the newest earlier one that loads.
 
     Tune keeps a trial's checkpoints as ``checkpoint_000000``, ``checkpoint_000001``, ... in the
-    trial directory, so the earlier ones are the siblings with smaller names.
+    trial directory, so the earlier ones are the siblings with smaller names. The state of an
+    earlier checkpoint carries the warning, which ``TrialRunner.load`` reports to the driver.
+
+    Raises:
+        CheckpointError: ``path`` and every earlier checkpoint are unreadable.
     """
     path = pathlib.Path(path)
     try:
@@ -251,9 +272,9 @@ def load_with_fallback(path: str | os.PathLike[str]) -> tuple[dict[str, Any], pa
                 state = load_checkpoint(candidate)[0]
             except CheckpointError:
                 continue
-            warnings.warn(
-                f"{first_error}; resuming from the earlier checkpoint {candidate}", stacklevel=2
-            )
-            logger.warning("%s; resuming from the earlier checkpoint %s", first_error, candidate)
+            message = f"{first_error}; resuming from the earlier checkpoint {candidate}"
+            warnings.warn(message, stacklevel=2)
+            logger.warning("%s", message)
+            state[_FALLBACK_KEY] = message
             return state, candidate
         raise

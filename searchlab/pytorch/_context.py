@@ -340,6 +340,8 @@ class PyTorchTrialContext:
 
 
 def _default_device(distributed: DistributedContext) -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", distributed.local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())  # set when the group formed
+    return torch.device("cuda", distributed.local_rank % torch.cuda.device_count())

@@ -95,6 +95,8 @@ def _default_checkpoint_dir() -> pathlib.Path:
 def _init_process_group(distributed: DistributedContext) -> None:
     if distributed.size > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(distributed.local_rank % torch.cuda.device_count())
         torch.distributed.init_process_group(backend)
 
 
