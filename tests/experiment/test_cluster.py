@@ -241,6 +241,17 @@ def _check_shipped(tmp_path: pathlib.Path, model_dir: pathlib.Path, root: pathli
     assert nodes_used == {"head", "worker"}
 
 
+def _check_shipped_as_archive(tmp_path: pathlib.Path, model_dir: pathlib.Path) -> None:
+    """Ray was up before searchlab.run (a notebook): the model dir travelled through Ray's
+    object store and each worker imported it from its unpacked copy, not from model_dir."""
+    origins = [json.loads(f.read_text()) for f in (tmp_path / "records").glob("*.json")]
+    assert len(origins) >= 2
+    for origin in origins:
+        module_file = pathlib.Path(origin["module_file"])
+        assert not module_file.is_relative_to(model_dir), origin
+        assert "searchlab-models" in module_file.parts, origin
+
+
 def _check_running_and_clean(cluster: LocalCluster) -> None:
     status = subprocess.run(
         [str(BIN / "ray"), "status", f"--address={cluster.address}"],
@@ -283,12 +294,6 @@ def test_searchlab_run_address_ships_the_model_dir_and_leaves_the_cluster_clean(
     _check_running_and_clean(local_cluster)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="searchlab.run in a process that already called ray.init (a notebook) does not ship "
-    "the model directory: connect_ray (searchlab/_ray_env.py) returns before using the runtime "
-    "env, so workers import it from the driver's path, which other machines do not have",
-)
 def test_searchlab_run_in_a_process_already_on_the_cluster_ships_the_model_dir(
     local_cluster: LocalCluster, tmp_path: pathlib.Path
 ) -> None:
@@ -307,4 +312,4 @@ def test_searchlab_run_in_a_process_already_on_the_cluster_ships_the_model_dir(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _check_finished(storage)
     _check_running_and_clean(local_cluster)
-    _check_shipped(tmp_path, model_dir, local_cluster.root)
+    _check_shipped_as_archive(tmp_path, model_dir)
