@@ -50,9 +50,7 @@ _IDX_UBYTE_1D = 0x00000801
 _IDX_UBYTE_3D = 0x00000803
 
 
-def resolve_data_dir(
-    data_config: Mapping[str, Any], model_dir: pathlib.Path
-) -> pathlib.Path:
+def resolve_data_dir(data_config: Mapping[str, Any], model_dir: pathlib.Path) -> pathlib.Path:
     """Returns `data_config["data_dir"]` (default `data`), relative to `model_dir`."""
     data_dir = pathlib.Path(str(data_config.get("data_dir", "data"))).expanduser()
     return data_dir if data_dir.is_absolute() else pathlib.Path(model_dir) / data_dir
@@ -128,12 +126,8 @@ def ensure_offline_mnist(root: str | os.PathLike[str]) -> pathlib.Path:
     images, labels = offline_digits()
     splits = {"train": slice(0, N_OFFLINE_TRAIN), "t10k": slice(N_OFFLINE_TRAIN, None)}
     for prefix, rows in splits.items():
-        _write_atomically(
-            raw_dir / f"{prefix}-images-idx3-ubyte", _idx_bytes(images[rows])
-        )
-        _write_atomically(
-            raw_dir / f"{prefix}-labels-idx1-ubyte", _idx_bytes(labels[rows])
-        )
+        _write_atomically(raw_dir / f"{prefix}-images-idx3-ubyte", _idx_bytes(images[rows]))
+        _write_atomically(raw_dir / f"{prefix}-labels-idx1-ubyte", _idx_bytes(labels[rows]))
     return raw_dir
 
 

@@ -64,9 +64,7 @@ class MNistTrial(pytorch.PyTorchTrial):
             )
         )
         self.optimizer = context.wrap_optimizer(
-            torch.optim.Adadelta(
-                self.model.parameters(), lr=context.get_hparam("learning_rate")
-            )
+            torch.optim.Adadelta(self.model.parameters(), lr=context.get_hparam("learning_rate"))
         )
         self.lr_sched = context.wrap_lr_scheduler(
             torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=1, gamma=0.7),
@@ -74,20 +72,14 @@ class MNistTrial(pytorch.PyTorchTrial):
         )
 
     def build_training_data_loader(self) -> pytorch.DataLoader:
-        dataset = data.build_dataset(
-            self.context.get_data_config(), MODEL_DIR, train=True
-        )
+        dataset = data.build_dataset(self.context.get_data_config(), MODEL_DIR, train=True)
         return pytorch.DataLoader(
             dataset, batch_size=self.context.get_per_slot_batch_size(), shuffle=True
         )
 
     def build_validation_data_loader(self) -> pytorch.DataLoader:
-        dataset = data.build_dataset(
-            self.context.get_data_config(), MODEL_DIR, train=False
-        )
-        return pytorch.DataLoader(
-            dataset, batch_size=self.context.get_per_slot_batch_size()
-        )
+        dataset = data.build_dataset(self.context.get_data_config(), MODEL_DIR, train=False)
+        return pytorch.DataLoader(dataset, batch_size=self.context.get_per_slot_batch_size())
 
     def train_batch(
         self, batch: pytorch.TorchData, epoch_idx: int, batch_idx: int

@@ -20,9 +20,7 @@ N_DIGITS = 1797
 
 def _load_example_data_module() -> ModuleType:
     # The example imports it as plain `data`; a unique name avoids clashes in tests.
-    spec = importlib.util.spec_from_file_location(
-        "mnist_example_data", EXAMPLE_DIR / "data.py"
-    )
+    spec = importlib.util.spec_from_file_location("mnist_example_data", EXAMPLE_DIR / "data.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -36,10 +34,7 @@ data = _load_example_data_module()
 
 def _file_hashes(root: pathlib.Path) -> dict[str, str]:
     raw = root / "MNIST" / "raw"
-    return {
-        name: hashlib.sha256((raw / name).read_bytes()).hexdigest()
-        for name in data.RAW_FILES
-    }
+    return {name: hashlib.sha256((raw / name).read_bytes()).hexdigest() for name in data.RAW_FILES}
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +60,7 @@ def test_torchvision_mnist_reads_generated_files(
     assert int(mnist.data[:, :, -4:].max()) == 0
 
 
-@pytest.mark.parametrize(
-    ("train", "rows"), [(True, slice(0, 1500)), (False, slice(1500, None))]
-)
+@pytest.mark.parametrize(("train", "rows"), [(True, slice(0, 1500)), (False, slice(1500, None))])
 def test_images_and_labels_are_upscaled_sklearn_digits(
     offline_root: pathlib.Path, train: bool, rows: slice
 ) -> None:
@@ -133,27 +126,19 @@ def test_second_generation_does_not_rewrite(offline_root: pathlib.Path) -> None:
 
 
 def test_relative_data_dir_starts_at_model_dir(tmp_path: pathlib.Path) -> None:
-    dataset = data.build_dataset(
-        {"data_dir": "data", "offline": True}, tmp_path, train=True
-    )
+    dataset = data.build_dataset({"data_dir": "data", "offline": True}, tmp_path, train=True)
     assert pathlib.Path(dataset.root) == tmp_path / "data"
     assert data.is_offline_mnist(tmp_path / "data")
 
 
 def test_stand_in_is_not_used_as_real_mnist(offline_root: pathlib.Path) -> None:
     with pytest.raises(RuntimeError, match=r"not real MNIST.*`data\.offline: true`"):
-        data.build_dataset(
-            {"data_dir": str(offline_root), "offline": False}, EXAMPLE_DIR, True
-        )
+        data.build_dataset({"data_dir": str(offline_root), "offline": False}, EXAMPLE_DIR, True)
 
 
 def test_missing_mnist_without_download_says_how_to_fix(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(
-        FileNotFoundError, match=r"`download: false`.*`data\.offline: true`"
-    ):
-        data.build_dataset(
-            {"data_dir": str(tmp_path), "download": False}, EXAMPLE_DIR, True
-        )
+    with pytest.raises(FileNotFoundError, match=r"`download: false`.*`data\.offline: true`"):
+        data.build_dataset({"data_dir": str(tmp_path), "download": False}, EXAMPLE_DIR, True)
 
 
 def test_upscale_maps_full_ink_to_255_and_blank_to_0() -> None:
