@@ -72,6 +72,12 @@ def run_tuner(
             spec, exp_dir, echo, rung_table=getattr(method, "rung_table", None), restored=restore
         )
         parts = _TunerParts(searcher, scheduler, recorder, control, _trainable(spec, resources))
+        # Tune lets a custom searcher have one trial pending at a time, so an adaptive search
+        # would start trials one by one and a fresh worker loses the race to a cached one:
+        # allow as many pending trials as fit in the cluster at once.
+        os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(
+            _trials_that_fit(cfg, resources, ray.cluster_resources())
+        )
         tuner = (
             _restored_tuner(exp_dir, parts) if restore else _new_tuner(cfg, spec, exp_dir, parts)
         )
@@ -86,6 +92,16 @@ def run_tuner(
     finally:
         if started:
             ray.shutdown()
+
+
+def _trials_that_fit(
+    cfg: ExperimentConfig, resources: dict[str, float], cluster: dict[str, Any]
+) -> int:
+    workers = cfg.resources.slots_per_trial
+    needs = {"CPU": resources["cpu"] * workers, "GPU": resources["gpu"] * workers}
+    fit = min(int(float(cluster.get(k, 0)) // v) for k, v in needs.items() if v > 0)
+    concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or fit
+    return max(1, min(fit, concurrency))
 
 
 @dataclasses.dataclass(frozen=True)

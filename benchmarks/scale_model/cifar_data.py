@@ -1,0 +1,1 @@
+../resnet_model/cifar_data.py

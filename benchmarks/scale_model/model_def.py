@@ -1,0 +1,1 @@
+../resnet_model/model_def.py
