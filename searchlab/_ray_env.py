@@ -18,6 +18,9 @@ def quiet_ray_environment() -> None:
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # searchlab adds its own JSON and CSV loggers; this drops only Tune's tensorboardX one,
+    # which kept a writer thread and files open per paused trial in the driver.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     for name in ("ray", "ray.tune", "ray.train", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -13,6 +13,7 @@ import pathlib
 import re
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,11 @@ _STATES = {
 
 
 class TrialRecorder(Callback):
-    """Keeps one record per trial and tells the user what happens, one line per event."""
+    """Keeps one record per trial and tells the user what happens, one line per event.
+
+    It pickles as a reference to the live recorder of its experiment directory in this
+    process (see :func:`_live_recorder`).
+    """
 
     def __init__(
         self,
@@ -81,6 +86,10 @@ class TrialRecorder(Callback):
         self._restored = restored
         if restored:
             self._load_existing()
+        _LIVE[_registry_key(experiment_dir)] = self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _live_recorder, (_registry_key(self._dir),)
 
     def _drop_phantoms(self, trials: list[Trial]) -> None:
         """Trials the dead driver created after Tune's last saved state never existed for the
@@ -285,6 +294,28 @@ class TrialRecorder(Callback):
 
 
 _FINISHED = ("COMPLETED", "ERRORED", "INVALID_HP")
+
+# Tune pickles the run's stopper, which holds the recorder, into its experiment state at every
+# save (each second), and on resume puts the unpickled copy in place of the stopper it was
+# given. A recorder pickled by value made every save carry all records and the echo callable,
+# and left a resumed run's stopper watching a stale copy that never sees a user error. By
+# reference, the copy is the live recorder of the same experiment.
+_LIVE: weakref.WeakValueDictionary[str, TrialRecorder] = weakref.WeakValueDictionary()
+
+
+class _DetachedRecorder(Callback):
+    """A recorder unpickled where its experiment does not run: records and stops nothing."""
+
+    fatal: str | None = None
+
+
+def _registry_key(experiment_dir: pathlib.Path) -> str:
+    return str(pathlib.Path(experiment_dir).resolve())
+
+
+def _live_recorder(key: str) -> TrialRecorder | _DetachedRecorder:
+    """The recorder of the experiment running from ``key`` in this process, if any."""
+    return _LIVE.get(key) or _DetachedRecorder()
 
 
 def _checkpoint_batches(path: str) -> int | None:

@@ -76,6 +76,7 @@ class TrialRunner:
         self._events: Iterator[Report] | None = None
         self._invalid: str | None = None
         self._fatal: str | None = None
+        self._failure: Exception | None = None
         self._warnings: list[str] = []
         self.loop: TrialLoop | None = None
         try:
@@ -86,6 +87,11 @@ class TrialRunner:
             self._invalid = str(exc) or "InvalidHP"
         except SearchlabError as exc:
             self._fatal = str(exc)
+        except Exception as exc:
+            # Raised by step() instead: Tune retries a trial that fails while it runs, but
+            # errors a trial whose build fails as a reused actor resets at once, without
+            # the retries of max_restarts.
+            self._failure = exc
 
     def _make_loop(
         self,
@@ -150,6 +156,8 @@ class TrialRunner:
             return {"done": True, INVALID_HP_KEY: self._invalid, "group": "invalid_hp"}
         if self._fatal is not None:
             return {"done": True, FATAL_KEY: self._fatal, "group": "error"}
+        if self._failure is not None:
+            raise self._failure
         try:
             report = self._next_report()
         except InvalidHP as exc:
