@@ -91,3 +91,26 @@ def test_two_worker_trial_pauses_resumes_and_matches_uninterrupted_run(
     assert ranks_whole[0] == ranks_whole[1]
     for name, tensor in weights_whole.items():
         assert torch.equal(tensor, weights_resumed[name]), name
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_dead_worker_fails_the_trial_which_retries_from_its_checkpoint(
+    ray_session: Any, tmp_path: pathlib.Path
+) -> None:
+    gpus = ray_session.cluster_resources().get("GPU", 0)
+    marker = tmp_path / "rank1-died"
+    config = _config({"name": "single"}, 0.05, gpus)
+    config["hyperparameters"].update(die_at_batch=13, die_marker=str(marker))
+    config["min_checkpoint_period"] = {"batches": 5}
+    config["max_restarts"] = 1
+    lines: list[str] = []
+    results = searchlab.run(config, model_dir=MODEL_DIR, storage_path=tmp_path, echo=lines.append)
+    assert marker.exists()  # rank 1 did die at batch index 13
+    trial = results.trials.iloc[0]
+    assert (trial["state"], trial["restarts"], trial["batches"]) == ("COMPLETED", 1, LENGTH)
+    assert any("failed; retry 1 from its latest checkpoint" in line for line in lines)
+    reports = results.all_reports[results.all_reports["group"] == "training"]
+    # Died at batch 13 after the checkpoint at 10: the retry resumed there (a restart from 0
+    # would report 5 and 10 again).
+    assert reports["batches"].tolist() == [5, 10, 15, 20]
