@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._amp import AmpState
 from searchlab.pytorch._callback import PyTorchCallback
 from searchlab.pytorch._data import to_device
@@ -199,7 +200,7 @@ class PyTorchTrialContext:
                 f"backward_passes_per_step is {backward_passes_per_step}, but must be >= 1"
             )
         if not self.models:
-            raise RuntimeError(
+            raise TrialDefinitionError(
                 "wrap_optimizer() was called before wrap_model(): wrap the model first, then "
                 "build the optimizer from the wrapped model's parameters"
             )
@@ -289,7 +290,7 @@ class PyTorchTrialContext:
                 of a batch.
         """
         if id(optimizer) not in self._passes_per_step:
-            raise RuntimeError(
+            raise TrialDefinitionError(
                 "step_optimizer() got an optimizer that was not wrapped: pass the object "
                 "returned by context.wrap_optimizer()"
             )

@@ -265,13 +265,15 @@ def test_checkpoint_of_another_trial_class(tmp_path) -> None:
 def test_wrapping_mistakes() -> None:
     ctx = pytorch.PyTorchTrialContext(HP)
     opt = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
-    with pytest.raises(RuntimeError, match=r"wrap_optimizer\(\) was called before wrap_model\(\)"):
+    with pytest.raises(
+        TrialDefinitionError, match=r"wrap_optimizer\(\) was called before wrap_model\(\)"
+    ):
         ctx.wrap_optimizer(opt)
     ctx.wrap_model(nn.Linear(1, 1))
     with pytest.raises(ValueError, match="backward_passes_per_step is 0, but must be >= 1"):
         ctx.wrap_optimizer(opt, backward_passes_per_step=0)
     with pytest.raises(
-        RuntimeError, match=r"step_optimizer\(\) got an optimizer that was not wrapped"
+        TrialDefinitionError, match=r"step_optimizer\(\) got an optimizer that was not wrapped"
     ):
         ctx.step_optimizer(opt)
     with pytest.raises(ValueError, match="aggregation_frequency is 0, but must be >= 1"):
