@@ -241,6 +241,8 @@ def _use_model_dir(model_dir: pathlib.Path) -> None:
     _use_model_dir.current = path  # type: ignore[attr-defined]
     if previous is None or previous == path:
         return
+    if previous in sys.path:
+        sys.path.remove(previous)  # its modules must not stand in for the new dir's
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None) or ""
         if origin.startswith(previous + os.sep):
