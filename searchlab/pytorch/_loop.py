@@ -121,6 +121,14 @@ class TrialLoop:
     def epochs(self) -> float:
         return self.batches_trained / self.epoch_len
 
+    def validation_pending(self) -> bool:
+        """A validation is due at this batch (a period's or ``target``'s) and has not run."""
+        b = self.batches_trained
+        if b == 0 or self._last_validation_batch >= b:
+            return False
+        every = self._period(self.settings.validation_period)
+        return b >= self.target or bool(every and b % every == 0)
+
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> Iterator[Report]:
         """Train up to ``self.target`` batches, yielding each report; ``target`` may change."""
@@ -133,26 +141,38 @@ class TrialLoop:
             self.target = min(self.target, self.batches_trained + 1)
         validation_every = self._period(s.validation_period)
         checkpoint_every = self._period(s.checkpoint_period)
+        if self.validation_pending():
+            # Saved between a window's training report and its validation (a pause can come
+            # at any report): validate first, as the uninterrupted run did at this batch.
+            at_end = self.batches_trained >= self.target
+            report = self._validation_report(checkpoint=False, done=at_end)
+            report.checkpoint = report.checkpoint or at_end
+            yield report
         while self.batches_trained < self.target:
             self._train_batch()
             b, stop = self.batches_trained, self.context.get_stop_requested()
             at_end = b >= self.target or stop
             periodic_ckpt = bool(checkpoint_every) and b % checkpoint_every == 0
-            reports: list[Report] = []
-            if b % s.scheduling_unit == 0 or at_end:
-                reports.append(self._training_report())
-            if (validation_every and b % validation_every == 0) or (at_end and not stop):
-                reports.append(self._validation_report(checkpoint=False, done=False))
-            # As in Determined, every policy (`none` included) checkpoints where training ends;
-            # the policy only says which validations also checkpoint.
-            wants_ckpt = periodic_ckpt or at_end or any(r.checkpoint for r in reports)
-            if wants_ckpt and not reports:
-                reports.append(Report(None, {}, b, self.epochs))
-            if reports:
-                reports[-1].checkpoint = wants_ckpt
-                reports[-1].done = at_end
-                reports[-1].stop_requested = stop
-            yield from reports
+            train_due = b % s.scheduling_unit == 0 or at_end
+            validation_due = bool(validation_every and b % validation_every == 0) or (
+                at_end and not stop
+            )
+            # Each report is made when the previous one was taken: a state saved between a
+            # window's training report and its validation holds no finished validation, and
+            # the validation runs when training goes on (``validation_pending``).
+            if train_due:
+                report = self._training_report()
+                if not validation_due:
+                    self._end_reports(report, periodic_ckpt or at_end, at_end, stop)
+                yield report
+            if validation_due:
+                report = self._validation_report(checkpoint=False, done=False)
+                wants = periodic_ckpt or at_end or report.checkpoint
+                yield self._end_reports(report, wants, at_end, stop)
+            elif not train_due and (periodic_ckpt or at_end):
+                # As in Determined, every policy (`none` included) checkpoints where training
+                # ends; the policy only says which validations also checkpoint.
+                yield self._end_reports(Report(None, {}, b, self.epochs), True, at_end, stop)
             if stop:
                 return
 
@@ -211,6 +231,12 @@ class TrialLoop:
             for cb in self.callbacks.values():
                 cb.on_training_epoch_end(epoch_idx)
 
+    @staticmethod
+    def _end_reports(report: Report, checkpoint: bool, done: bool, stop: bool) -> Report:
+        """Mark the last report of a batch: checkpoint here, target reached, stop requested."""
+        report.checkpoint, report.done, report.stop_requested = checkpoint, done, stop
+        return report
+
     def _training_report(self) -> Report:
         window, self._window = self._window, []
         metrics = mean_metrics(window, self.context.distributed)
@@ -235,8 +261,12 @@ class TrialLoop:
         return Report("validation", metrics, self.batches_trained, self.epochs, wants, done)
 
     # -- checkpoints ---------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The trial's whole state at this batch boundary, as saved in ``state-dict.pth``."""
+    def state_dict(self, *, notify: bool = True) -> dict[str, Any]:
+        """The trial's whole state at this batch boundary, as saved in ``state-dict.pth``.
+
+        ``notify=False`` skips the callbacks' ``on_checkpoint_save_start`` (state kept in
+        memory for an idle actor is no checkpoint of the user's).
+        """
         state = capture_trial_state(self.context, self.callbacks)
         state["batches_trained"] = self.batches_trained
         state["epochs_trained"] = self.batches_trained // self.epoch_len
@@ -246,8 +276,9 @@ class TrialLoop:
             "last_validation_batch": self._last_validation_batch,
             "last_validation": dict(self.last_validation),
         }
-        for cb in self.callbacks.values():
-            cb.on_checkpoint_save_start(state)
+        if notify:
+            for cb in self.callbacks.values():
+                cb.on_checkpoint_save_start(state)
         return state
 
     def metadata(self) -> dict[str, Any]:
