@@ -3,7 +3,8 @@
 The Tune trainable holds bundle 0 (driver of the trial); workers sit in bundles 1..N, each with
 its GPU (or CPU), and run the same ``TrialRunner`` with their rank. Rank 0's state is the
 checkpoint (with every rank's RNG streams), and every rank restores it, so pause and resume are
-exact as for one worker.
+exact as for one worker. A paused trial left waiting in Tune's actor cache has every worker give
+its memory back (``IdleRelease``), as a one-worker trial does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from ray import tune
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback, shipped_model_dir
 from searchlab.pytorch import DistributedContext
@@ -94,6 +96,16 @@ class TrialWorker:
         assert self._runner is not None
         return self._runner.step()
 
+    def park(self) -> None:
+        """Give back this rank's share of an idle paused trial (rebuilt on its next call)."""
+        if self._runner is not None:
+            self._runner.park()
+        free_accelerator_memory()
+
+    def unpark(self) -> None:
+        if self._runner is not None:
+            self._runner.unpark()
+
     def rng_state(self) -> bytes:
         buf = io.BytesIO()
         torch.save(capture_rng_state(), buf)
@@ -121,7 +133,9 @@ class TrialWorker:
 
     def weights_digest(self) -> list[float]:
         """Sum of every parameter, for tests that check all ranks hold the same weights."""
-        assert self._runner is not None and self._runner.loop is not None
+        assert self._runner is not None
+        self._runner.unpark()
+        assert self._runner.loop is not None
         model = self._runner.loop.context.models[0]
         return [float(p.detach().double().sum()) for p in model.parameters()]
 
@@ -136,8 +150,12 @@ class DataParallelTrainable(tune.Trainable):
 
     def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
         self._spec = experiment
+        self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
         self._workers = self._start_workers(experiment.slots_per_trial)
         self._build(config)
+
+    def _release(self) -> None:
+        ray.get([w.park.remote() for w in self._workers])
 
     def _start_workers(self, n: int) -> list[Any]:
         pg = ray.util.get_current_placement_group()
@@ -172,13 +190,20 @@ class DataParallelTrainable(tune.Trainable):
         )
 
     def step(self) -> dict[str, Any]:
-        results = ray.get([w.step.remote() for w in self._workers])
+        with self._idle.busy():
+            results = ray.get([w.step.remote() for w in self._workers])
         return results[0]
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
+        with self._idle.busy():
+            self._save(checkpoint_dir)
+        self._idle.arm()
+
+    def _save(self, checkpoint_dir: str) -> None:
+        ray.get([w.unpark.remote() for w in self._workers])  # every rank's RNG is current
         blob = ray.get(self._workers[0].state.remote())
         if blob is None:
-            return None
+            return
         state, metadata = torch.load(io.BytesIO(blob), weights_only=False)
         rng = ray.get([w.rng_state.remote() for w in self._workers])
         state["rng_state_per_rank"] = [torch.load(io.BytesIO(b), weights_only=False) for b in rng]
@@ -186,19 +211,23 @@ class DataParallelTrainable(tune.Trainable):
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
         write_checkpoint_files(checkpoint_dir, state, metadata)
         ray.get(self._workers[0].checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
-        return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:
-        state, used = load_with_fallback(str(checkpoint))
-        ref = ray.put(state)
-        name = used.name
-        ray.get([w.load.remote(ref, name) for w in self._workers])
+        with self._idle.busy():
+            state, used = load_with_fallback(str(checkpoint))
+            ref = ray.put(state)
+            name = used.name
+            ray.get([w.load.remote(ref, name) for w in self._workers])
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        self._build(new_config)
+        with self._idle.busy():
+            self._build(new_config)
         return True
 
     def cleanup(self) -> None:
+        idle = getattr(self, "_idle", None)
+        if idle is not None:
+            idle.cancel()
         for worker in getattr(self, "_workers", []):
             try:
                 ray.get(worker.close.remote(), timeout=30)

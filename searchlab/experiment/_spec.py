@@ -7,6 +7,7 @@ import pathlib
 from typing import Any
 
 from searchlab.config import ExperimentConfig
+from searchlab.experiment._idle import DEFAULT_AFTER_S, idle_after_s
 
 __all__ = ["HPARAMS_KEY", "TRIAL_KEY", "ExperimentSpec"]
 
@@ -36,6 +37,9 @@ class ExperimentSpec:
     environment_variables: dict[str, str]
     slots_per_trial: int = 1
     model_archive: Any = None  # an ObjectRef of the zipped model dir when Ray was already up
+    # Seconds an actor idles after a checkpoint before it gives the trial's memory back
+    # (None: never); ``SEARCHLAB_RELEASE_IDLE_AFTER_S`` on the driver sets it.
+    release_idle_after_s: float | None = DEFAULT_AFTER_S
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
@@ -60,6 +64,7 @@ class ExperimentSpec:
             aggregation_frequency=config.optimizations.aggregation_frequency,
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
+            release_idle_after_s=idle_after_s(),
         )
 
 

@@ -2,16 +2,18 @@
 
 Class API with actor reuse: Tune calls ``save_checkpoint`` exactly when it pauses a trial, so a
 pause loses nothing, and a cached actor takes the next trial (``reset_config``) without a new
-process. The training itself is ``TrialRunner``'s, shared with data-parallel workers.
+process. An actor left idle after a checkpoint (a paused trial waiting in Tune's cache) gives
+the trial's memory back (``IdleRelease``). The training itself is ``TrialRunner``'s, shared
+with data-parallel workers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from ray import tune
 
+from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback, shipped_model_dir
 from searchlab.pytorch._checkpoint import write_checkpoint_files
@@ -25,6 +27,7 @@ class SearchlabTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
         self._spec = experiment
         self._runner: TrialRunner | None = None
+        self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
         self._build(config)
 
     def _build(self, config: dict[str, Any]) -> None:
@@ -36,33 +39,46 @@ class SearchlabTrainable(tune.Trainable):
             model_dir=shipped_model_dir(self._spec),
         )
 
+    def _release(self) -> None:
+        if self._runner is not None:
+            self._runner.park()
+        free_accelerator_memory()
+
     def step(self) -> dict[str, Any]:
-        assert self._runner is not None
-        return self._runner.step()
+        with self._idle.busy():
+            assert self._runner is not None
+            return self._runner.step()
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        assert self._runner is not None
-        saved = self._runner.state()
-        if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
-            write_checkpoint_files(checkpoint_dir, *saved)
-            self._runner.checkpoint_written(checkpoint_dir)
+        with self._idle.busy():
+            assert self._runner is not None
+            saved = self._runner.state()
+            if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
+                write_checkpoint_files(checkpoint_dir, *saved)
+                self._runner.checkpoint_written(checkpoint_dir)
+        self._idle.arm()
         return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:
-        assert self._runner is not None
-        if self._runner.loop is None:
-            return
-        state, used = load_with_fallback(str(checkpoint))
-        self._runner.load(state, checkpoint_uuid=used.name)
+        with self._idle.busy():
+            assert self._runner is not None
+            if self._runner.loop is None and not self._runner.parked:
+                return
+            state, used = load_with_fallback(str(checkpoint))
+            self._runner.load(state, checkpoint_uuid=used.name)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        self.cleanup()
-        self._build(new_config)
+        with self._idle.busy():
+            self._close(collect=False)  # the next trial is built at once
+            self._build(new_config)
         return True
 
     def cleanup(self) -> None:
+        with self._idle.busy():
+            self._close()
+
+    def _close(self, collect: bool = True) -> None:
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # a paused trial's actor must not keep its GPU memory
+        free_accelerator_memory(collect)

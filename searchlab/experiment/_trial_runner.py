@@ -7,6 +7,7 @@ Used by the single-process trainable and by every worker of a data-parallel tria
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -15,6 +16,8 @@ import traceback
 import warnings
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 from searchlab.errors import CheckpointError, InvalidHP, SearchlabError
 from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
@@ -78,11 +81,13 @@ class TrialRunner:
         self._fatal: str | None = None
         self._failure: Exception | None = None
         self._warnings: list[str] = []
+        self._build_args = (config[HPARAMS_KEY], info, trial_id, logdir, model_dir, distributed)
+        self._parked: tuple[bytes, str | None] | None = None
+        self._saved_state: dict[str, Any] | None = None  # the last state(), until training
+        self._checkpoint_uuid: str | None = None
         self.loop: TrialLoop | None = None
         try:
-            self.loop = self._make_loop(
-                config[HPARAMS_KEY], info, trial_id, logdir, model_dir, distributed
-            )
+            self.loop = self._make_loop(*self._build_args)
         except InvalidHP as exc:
             self._invalid = str(exc) or "InvalidHP"
         except SearchlabError as exc:
@@ -138,13 +143,51 @@ class TrialRunner:
         """The reports up to the next rung end past the current position, or None when done."""
         assert self.loop is not None
         for target in self._rung_batches():
-            if target > self.loop.batches_trained:
+            if target >= self.loop.batches_trained:
                 self.loop.target = target
-                return self.loop.run()
+                if target > self.loop.batches_trained or self.loop.validation_pending():
+                    return self.loop.run()
         return None
+
+    @property
+    def parked(self) -> bool:
+        """True while the trial is released (``park``) and not yet rebuilt."""
+        return self._parked is not None
+
+    def park(self) -> None:
+        """Give back everything the trial holds (GPU memory, loader workers), keeping its state.
+
+        The state (the checkpoint's, at this report boundary) stays in host memory; the next
+        call that needs the trial rebuilds it from there, so training goes on exactly as if it
+        had never been released. Used while a paused trial's actor waits in Tune's cache.
+        """
+        if self.loop is None or self._parked is not None:
+            return
+        # The state the last save captured is the trial's state still (nothing ran since):
+        # reusing it keeps the callbacks' checkpoint hooks to one call per checkpoint.
+        state = self._saved_state
+        if state is None:
+            state = self.loop.state_dict(notify=False)
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        self._parked = (buf.getvalue(), self._checkpoint_uuid)
+        self._close_loop()
+
+    def unpark(self) -> None:
+        """Rebuild a parked trial from its kept state (a no-op when it is not parked)."""
+        if self._parked is None:
+            return
+        blob, checkpoint_uuid = self._parked
+        self.loop = self._make_loop(*self._build_args)
+        self._parked = None
+        state = torch.load(io.BytesIO(blob), weights_only=False)
+        self.loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
+        self._events = None
 
     def step(self) -> dict[str, Any]:
         """Train to the next report and return it as a Tune result."""
+        self.unpark()
+        self._saved_state = None
         result = self._step()
         if self._warnings:
             result[WARNING_KEY] = "; ".join(self._warnings)
@@ -214,11 +257,14 @@ class TrialRunner:
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """The checkpoint state and metadata at this batch boundary (None without a trial)."""
+        self.unpark()
         if self.loop is None:
             return None
-        return self.loop.state_dict(), self.loop.metadata()
+        self._saved_state = self.loop.state_dict()
+        return self._saved_state, self.loop.metadata()
 
     def checkpoint_written(self, directory: str) -> None:
+        self.unpark()
         if self.loop is not None:
             self.loop.checkpoint_written(directory)
 
@@ -226,11 +272,21 @@ class TrialRunner:
         if _FALLBACK_KEY in state:
             state = dict(state)
             self._warnings.append(str(state.pop(_FALLBACK_KEY)))
+        if self._parked is not None:  # the loaded state replaces the kept one
+            self._parked = None
+            self.loop = self._make_loop(*self._build_args)
+        self._checkpoint_uuid = checkpoint_uuid
+        self._saved_state = None
         if self.loop is not None:
             self.loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
             self._events = None
 
     def close(self) -> None:
+        self._parked = None
+        self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._saved_state = None
         if self.loop is not None:
             try:
                 self.loop.close()

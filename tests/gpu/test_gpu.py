@@ -181,3 +181,37 @@ def test_wrapped_cuda_grad_scaler_resumes_from_its_checkpoint(tmp_path) -> None:
     assert _training_metrics(trainer)["act_fp16"] == 1.0
     for resumed, uninterrupted in zip(second.model.parameters(), whole.model.parameters()):
         assert torch.equal(resumed, uninterrupted)
+
+
+def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
+    """What a paused trial's idle actor does (``IdleRelease``): nothing left on the GPU."""
+    from searchlab.config import load_experiment_config
+    from searchlab.experiment._idle import free_accelerator_memory
+    from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+    from searchlab.experiment._trial_runner import TrialRunner
+
+    hparams = {"global_batch_size": 8, "hidden": 4096, "amp": True}
+    loaded = load_experiment_config(_config("park", hparams), model_dir=str(GPU_MODEL))
+    spec = ExperimentSpec.from_config(loaded, "park")
+    runner = TrialRunner(
+        spec,
+        {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [2, 6], "trial_seed": 3}},
+        trial_id="park",
+        logdir=str(tmp_path),
+        model_dir=str(GPU_MODEL),
+    )
+    free_accelerator_memory()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    first = runner.step()
+    assert first["on_cuda"] == 1.0
+    assert torch.cuda.memory_allocated() > allocated  # the trial's weights and optimizer
+
+    runner.state()
+    runner.park()
+    free_accelerator_memory()
+
+    assert runner.parked
+    assert torch.cuda.memory_allocated() == allocated
+    assert torch.cuda.memory_reserved() == reserved
+    second = runner.step()  # rebuilt from the kept state, on the GPU again
+    assert second["on_cuda"] == 1.0 and second["batches"] == first["batches"] + 2

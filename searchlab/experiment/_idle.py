@@ -1,0 +1,115 @@
+"""Giving back a paused trial's memory while its actor waits in Tune's cache.
+
+With ``reuse_actors``, Tune pauses a trial by saving its checkpoint and keeping the actor for
+the next trial; it calls nothing on the actor while it waits. Without help the actor would
+keep the paused trial's model, optimizer, loader workers and the allocator's cached blocks on
+the GPU until its next trial arrives, which, at the end of an ASHA search, can be never.
+
+``IdleRelease`` runs a release function once an actor has been idle for ``after_s`` seconds
+after a checkpoint was saved. Tune's actor calls are the work: each one runs inside
+``busy()``, which cancels a pending release and waits for one in progress. A trial that goes
+on right after its checkpoint (a promotion, a ``should_checkpoint`` report) never idles that
+long, and a cached actor given its next trial replaces the trial anyway; the release only
+happens to trials that sit paused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+__all__ = ["DEFAULT_AFTER_S", "ENV_VAR", "IdleRelease", "free_accelerator_memory", "idle_after_s"]
+
+logger = logging.getLogger("searchlab")
+
+ENV_VAR = "SEARCHLAB_RELEASE_IDLE_AFTER_S"
+DEFAULT_AFTER_S = 1.0
+
+
+def idle_after_s() -> float | None:
+    """The release delay from ``SEARCHLAB_RELEASE_IDLE_AFTER_S`` (``off``: never release)."""
+    text = os.environ.get(ENV_VAR, "").strip().lower()
+    if not text:
+        return DEFAULT_AFTER_S
+    if text in ("off", "none", "never", "inf"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(
+            f"{ENV_VAR}={text!r} is not a number of seconds; set it to e.g. 1.0, or to 'off'"
+        ) from None
+    return max(value, 0.0)
+
+
+def free_accelerator_memory(collect: bool = True) -> None:
+    """Give the allocator's cached GPU blocks back (after collecting released objects).
+
+    ``collect=False`` skips the garbage collection (tens of ms in a process that imported
+    torch and Ray) where a new trial is about to be built and speed matters more.
+    """
+    if collect:
+        gc.collect()
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if collect:
+            torch.cuda.synchronize()
+            clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if callable(clear_workspaces):
+                clear_workspaces()
+        torch.cuda.empty_cache()
+
+
+class IdleRelease:
+    """Calls ``release`` once the owner stayed idle ``after_s`` seconds after ``arm()``."""
+
+    def __init__(self, release: Callable[[], None], after_s: float | None) -> None:
+        self._release = release
+        self._after_s = after_s
+        self._lock = threading.RLock()
+        self._generation = 0
+        self._timer: threading.Timer | None = None
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Wrap every call that uses the trial: no release starts while it runs."""
+        self._generation += 1  # before the lock: a timer waiting on it sees it is stale
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        with self._lock:
+            yield
+
+    def arm(self) -> None:
+        """The trial was just checkpointed: release it if nothing else happens for a while."""
+        if self._after_s is None:
+            return
+        generation = self._generation
+        if self._after_s == 0:
+            self._fire(generation)
+            return
+        timer = threading.Timer(self._after_s, self._fire, args=(generation,))
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def cancel(self) -> None:
+        with self.busy():
+            pass
+
+    def _fire(self, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return
+            self._generation += 1  # once per arm()
+            try:
+                self._release()
+            except Exception:  # the trial goes on from its checkpoint state either way
+                logger.warning("releasing an idle trial's memory failed", exc_info=True)

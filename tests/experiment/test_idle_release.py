@@ -1,0 +1,196 @@
+"""A paused trial's actor gives the trial's memory back while it idles, and nothing changes.
+
+``IdleRelease`` fires only when an actor stays idle after a checkpoint; ``TrialRunner.park``
+keeps the trial's state in host memory and rebuilds the trial from it on the next call. The
+search-level test forces a release after every checkpoint (``SEARCHLAB_RELEASE_IDLE_AFTER_S=0``)
+of a trial that goes on training, and checks it trains exactly as without releases.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import time
+from typing import Any
+
+import pytest
+import torch
+from toy_experiment import TOY_MODEL_DIR, toy_config
+
+import searchlab
+from searchlab.config import load_experiment_config
+from searchlab.experiment._idle import ENV_VAR, IdleRelease, idle_after_s
+from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._trial_runner import TrialRunner
+
+# -- IdleRelease -----------------------------------------------------------------------------
+
+
+def _counter() -> tuple[list[float], Any]:
+    calls: list[float] = []
+    return calls, lambda: calls.append(time.monotonic())
+
+
+def test_release_runs_once_after_the_actor_idled_past_the_delay() -> None:
+    calls, release = _counter()
+    idle = IdleRelease(release, after_s=0.05)
+    idle.arm()
+    time.sleep(0.3)
+    assert len(calls) == 1
+    time.sleep(0.1)
+    assert len(calls) == 1  # once per arm
+
+
+def test_a_call_before_the_delay_cancels_the_release() -> None:
+    calls, release = _counter()
+    idle = IdleRelease(release, after_s=0.2)
+    idle.arm()
+    with idle.busy():
+        time.sleep(0.3)  # the timer comes due while the call runs
+    time.sleep(0.3)
+    assert calls == []
+
+
+def test_a_release_in_progress_finishes_before_the_next_call_runs() -> None:
+    order: list[str] = []
+    started = threading.Event()
+
+    def slow_release() -> None:
+        started.set()
+        time.sleep(0.2)
+        order.append("released")
+
+    idle = IdleRelease(slow_release, after_s=0.01)
+    idle.arm()
+    assert started.wait(2)
+    with idle.busy():
+        order.append("call")
+    assert order == ["released", "call"]
+
+
+def test_no_delay_releases_at_once_and_off_never() -> None:
+    calls, release = _counter()
+    IdleRelease(release, after_s=0).arm()
+    assert len(calls) == 1
+    IdleRelease(release, after_s=None).arm()
+    time.sleep(0.05)
+    assert len(calls) == 1
+
+
+def test_the_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert idle_after_s() == 1.0
+    monkeypatch.setenv(ENV_VAR, "0.25")
+    assert idle_after_s() == 0.25
+    monkeypatch.setenv(ENV_VAR, "off")
+    assert idle_after_s() is None
+    monkeypatch.setenv(ENV_VAR, "soon")
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}='soon' is not a number of seconds"):
+        idle_after_s()
+
+
+# -- TrialRunner.park ------------------------------------------------------------------------
+
+
+def _runner(tmp_path: pathlib.Path, name: str) -> TrialRunner:
+    hparams = {
+        "global_batch_size": 16,
+        "dropout": 0.3,
+        "n_train": 64,
+        "optimizer": {"lr": 0.1, "momentum": 0.9},
+    }
+    config = toy_config("park", hyperparameters=hparams, searcher={"max_length": {"batches": 12}})
+    spec = ExperimentSpec.from_config(
+        load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "park"
+    )
+    trial_config = {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [6, 12], "trial_seed": 7}}
+    return TrialRunner(
+        spec, trial_config, trial_id=name, logdir=str(tmp_path / name), model_dir=spec.model_dir
+    )
+
+
+def _train(runner: TrialRunner, park_every_report: bool) -> list[dict[str, Any]]:
+    results = []
+    while True:
+        result = runner.step()
+        results.append({k: v for k, v in result.items() if isinstance(v, float | int | str)})
+        if result.get("done"):
+            return results
+        if park_every_report:
+            runner.state()  # what a save does first
+            runner.park()
+            assert runner.loop is None and runner.parked
+
+
+def test_a_parked_trial_trains_on_exactly_as_one_never_parked(tmp_path: pathlib.Path) -> None:
+    whole = _runner(tmp_path, "whole")  # seeds the process RNG: build each, then train it
+    expected = _train(whole, park_every_report=False)
+    parked = _runner(tmp_path, "parked")
+    got = _train(parked, park_every_report=True)
+    assert len(expected) > 4
+    assert got == expected  # losses (dropout draws from the RNG), validation, positions
+    assert whole.loop is not None and parked.loop is not None
+    for a, b in zip(
+        whole.loop.context.models[0].state_dict().values(),
+        parked.loop.context.models[0].state_dict().values(),
+        strict=True,
+    ):
+        assert torch.equal(a, b)
+
+
+def test_loading_a_checkpoint_into_a_parked_trial_replaces_the_kept_state(
+    tmp_path: pathlib.Path,
+) -> None:
+    source = _runner(tmp_path, "source")
+    source.step()
+    saved = source.state()
+    assert saved is not None
+    state = saved[0]
+    runner = _runner(tmp_path, "target")
+    runner.step()
+    runner.step()
+    runner.park()
+    runner.load(state, checkpoint_uuid="checkpoint_000000")
+    assert not runner.parked and runner.loop is not None
+    assert runner.loop.batches_trained == state["batches_trained"]
+
+
+# -- in a search -----------------------------------------------------------------------------
+
+
+def _search(tmp_path: pathlib.Path, name: str) -> tuple[searchlab.Results, int]:
+    record = tmp_path / f"{name}-builds"
+    config = toy_config(
+        name,
+        hyperparameters={
+            "dropout": 0.3,
+            "optimizer": {"lr": 0.1, "momentum": 0.9},
+            "record_dir": str(record),
+        },
+        searcher={"max_length": {"batches": 12}},
+        scheduling_unit=2,
+        min_checkpoint_period={"batches": 4},  # checkpoints while the trial goes on
+        checkpoint_policy="all",
+    )
+    results = searchlab.run(
+        config, model_dir=TOY_MODEL_DIR, storage_path=tmp_path / name, echo=lambda _: None
+    )
+    return results, len(list(record.glob("*.json")))
+
+
+@pytest.mark.ray
+def test_releasing_after_every_checkpoint_changes_nothing_in_the_results(
+    ray_session: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_VAR, "off")
+    kept, kept_builds = _search(tmp_path, "kept")
+    monkeypatch.setenv(ENV_VAR, "0")
+    released, released_builds = _search(tmp_path, "released")
+
+    assert kept_builds == 1
+    assert released_builds > 2  # rebuilt from the kept state after checkpoints
+    columns = ["group", "batches", "loss", "validation_loss"]
+    a = kept.metrics[columns].reset_index(drop=True)
+    b = released.metrics[columns].reset_index(drop=True)
+    assert len(a) > 6
+    assert a.equals(b)
