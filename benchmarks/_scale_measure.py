@@ -13,11 +13,13 @@ import dataclasses
 import datetime
 import itertools
 import json
+import os
 import pathlib
 import re
 import shutil
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -27,6 +29,7 @@ __all__ = [
     "GpuSampler",
     "Segment",
     "analyse",
+    "measure_cuda_context",
     "parse_trial_line",
     "query_gpus",
     "read_events",
@@ -67,6 +70,67 @@ def query_gpus() -> list[dict[str, Any]] | None:
             {"index": int(index), "uuid": uuid, "name": name, "memory_total_mib": _num(total)}
         )
     return gpus
+
+
+_CONTEXT_PROBE = """
+import gc, sys, torch
+torch.backends.cudnn.benchmark = True
+conv = torch.nn.Conv2d(3, 64, 3, padding=1).cuda().to(memory_format=torch.channels_last)
+head = torch.nn.Linear(64, 10).cuda()
+x = torch.randn(256, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = head(conv(x).mean((2, 3))).float().sum()
+loss.backward()
+del conv, head, x, loss
+gc.collect()
+torch.cuda.synchronize()
+torch._C._cuda_clearCublasWorkspaces()
+torch.cuda.empty_cache()
+print("ready", torch.cuda.memory_reserved(), flush=True)
+sys.stdin.read()
+"""
+
+
+def measure_cuda_context(index: int) -> float | None:
+    """GPU memory (MiB, nvidia-smi) of an idle process that has trained on the GPU: torch's
+    CUDA context with cuDNN and cuBLAS loaded, after it gave its cached blocks back, as a
+    trial's actor does when its trial pauses. None without nvidia-smi or CUDA."""
+
+    def used() -> float | None:
+        smi = _smi()
+        if smi is None:
+            return None
+        out = subprocess.run(
+            [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits", f"-i={index}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout.strip()
+        return _num(out) if out else None
+
+    before = used()
+    if before is None:
+        return None
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CONTEXT_PROBE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        if not proc.stdout.readline().startswith("ready"):
+            return None
+        time.sleep(1.0)
+        during = used()
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=60)
+    return None if during is None else during - before
 
 
 def _num(text: str) -> float | None:
@@ -336,8 +400,13 @@ def analyse(
     states: list[dict[str, Any]],
     samples: list[dict[str, Any]],
     gpu_keys: list[str],
+    settle_s: float = 3.0,
 ) -> dict[str, Any]:
-    """Per-GPU busy fractions, hand-over gaps and the memory of GPUs with no running trial."""
+    """Per-GPU busy fractions, hand-over gaps and the memory of GPUs with no running trial.
+
+    ``settle_s``: memory samples of a GPU idle at least that long (its last trial's actor had
+    time to give memory back) are also kept apart, as ``..._settled_mib``.
+    """
     dropped = [s for s in segments if not s.worked]
     segments = [s for s in segments if s.worked]
     if not segments:
@@ -353,6 +422,7 @@ def analyse(
     times, counts = paused_counts(states)
     per_gpu = {}
     idle_paused: list[float] = []
+    settled: dict[str, list[float]] = {}
     for k in keys:
         segs = [s for s in segments if s.gpu == k]
         own_gaps = [g for g in gaps if g["gpu"] == k]
@@ -371,9 +441,12 @@ def analyse(
                 [g["to_first_batch_s"] for g in own_gaps if g["to_first_batch_s"] is not None]
             ),
         }
-        stats, idle = _sample_stats(k, samples, merged[k], lo, hi, times, counts)
+        row.update(_available_work(merged[k], lo, hi, fill_end))
+        stats, idle = _sample_stats(k, samples, merged[k], lo, hi, times, counts, settle_s)
         row.update(stats)
-        idle_paused.extend(idle)
+        idle_paused.extend(m for m, _ in idle)
+        settled[k] = [m for m, idle_s in idle if idle_s >= settle_s]
+        row["memory_idle_with_paused_trials_settled_mib"] = _quantiles(settled[k])
         per_gpu[k] = row
     return {
         "window": {
@@ -392,6 +465,34 @@ def analyse(
             [g["to_first_batch_s"] for g in gaps if g["to_first_batch_s"] is not None]
         ),
         "paused_trial_memory_mib": _quantiles(idle_paused),
+        "paused_trial_memory_settled_mib": _quantiles([m for v in settled.values() for m in v]),
+        "settle_s": settle_s,
+    }
+
+
+def _available_work(
+    merged: list[tuple[float, float]], lo: float, hi: float, fill_end: float
+) -> dict[str, Any]:
+    """A GPU's busy share of the time it had work to do.
+
+    Until the last new trial began, new trials were always waiting: all of that time had
+    work. After it, only the search's own promotions make work (ASHA's last rungs run fewer
+    trials than there are GPUs), so the time with work is the GPU's runs plus the idle gaps
+    that ended with another run on it (a hand-over). ``available_fraction`` is that time over
+    the window: what the search itself allowed.
+    """
+    busy = _covered(merged, lo, hi)
+    idle_before = (fill_end - lo) - _covered(merged, lo, fill_end)
+    handovers_after = sum(
+        max(0.0, b_lo - max(a_hi, fill_end))
+        for (_, a_hi), (b_lo, _) in itertools.pairwise(merged)
+        if b_lo > fill_end
+    )
+    available = busy + idle_before + handovers_after
+    return {
+        "available_s": available,
+        "available_fraction": available / (hi - lo) if hi > lo else None,
+        "busy_fraction_of_available": busy / available if available > 0 else None,
     }
 
 
@@ -417,9 +518,11 @@ def _sample_stats(
     hi: float,
     times: list[float],
     counts: list[int],
-) -> tuple[dict[str, Any], list[float]]:
+    settle_s: float,
+) -> tuple[dict[str, Any], list[tuple[float, float]]]:
     """nvidia-smi figures of one GPU: util > 0 share, memory before, while busy, while idle
-    with trials paused; and the memory samples of the last kind."""
+    with trials paused; and the memory samples of the last kind with how long the GPU had
+    been idle then."""
     if not key.isdigit():
         return {"samples": 0}, []
     own = [s for s in samples if s["index"] == int(key)]
@@ -433,7 +536,7 @@ def _sample_stats(
         if _inside(merged, starts, s["t"]):
             busy_mem.append(s["mem_mib"])
         elif _paused_at(times, counts, s["t"]) > 0:
-            idle_paused.append(s["mem_mib"])
+            idle_paused.append((s["mem_mib"], _idle_for(merged, starts, s["t"], lo)))
     utils = [s["util"] for s in window if s["util"] is not None]
     stats = {
         "samples": len(window),
@@ -441,6 +544,12 @@ def _sample_stats(
         "smi_util_mean": statistics.fmean(utils) if utils else None,
         "memory_before_search_mib": statistics.median(before) if before else None,
         "memory_running_mib": _quantiles(busy_mem),
-        "memory_idle_with_paused_trials_mib": _quantiles(idle_paused),
+        "memory_idle_with_paused_trials_mib": _quantiles([m for m, _ in idle_paused]),
     }
     return stats, idle_paused
+
+
+def _idle_for(merged: list[tuple[float, float]], starts: list[float], t: float, lo: float) -> float:
+    """How long the GPU had been without a running trial at ``t`` (outside every interval)."""
+    i = bisect.bisect_right(starts, t) - 1
+    return t - (merged[i][1] if i >= 0 else lo)

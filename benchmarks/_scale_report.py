@@ -10,6 +10,7 @@ __all__ = ["TARGETS", "keep_previous", "print_table", "summarise", "table"]
 
 TARGETS = {
     "busy_fraction_min": 0.97,
+    "busy_fraction_of_available_min": 0.97,
     "median_gap_s": 1.0,
     "paused_trial_memory_mib": 0.0,
     "ddp_over_torchrun": 0.95,
@@ -22,6 +23,7 @@ def summarise(search: dict[str, Any] | None, ddp: dict[str, Any] | None, n: int)
         "gpus": n,
         "busy_fraction_per_gpu": None,
         "busy_fraction_min": None,
+        "busy_fraction_of_available_min": None,
         "median_gap_s": None,
         "paused_trial_memory_mib": None,
         "ddp_over_torchrun": None,
@@ -30,6 +32,15 @@ def summarise(search: dict[str, Any] | None, ddp: dict[str, Any] | None, n: int)
         rows = search["per_gpu"]
         busy = {k: r["busy_fraction"] for k, r in rows.items()}
         until = {k: r["busy_fraction_until_last_new_trial"] for k, r in rows.items()}
+        of_available = {k: r.get("busy_fraction_of_available") for k, r in rows.items()}
+        available = {k: r.get("available_fraction") for k, r in rows.items()}
+        s.update(_paused_memory(search))
+        s.update(
+            busy_fraction_of_available_per_gpu=of_available,
+            busy_fraction_of_available_min=_min(of_available),
+            available_fraction_per_gpu=available,
+            available_fraction_min=_min(available),
+        )
         s.update(
             busy_fraction_per_gpu=busy,
             busy_fraction_min=min((v for v in busy.values() if v is not None), default=None),
@@ -41,9 +52,9 @@ def summarise(search: dict[str, Any] | None, ddp: dict[str, Any] | None, n: int)
             median_gap_s=search["gap_s"]["median"],
             gap_p90_s=search["gap_s"]["p90"],
             median_gap_to_first_batch_s=search["gap_to_first_batch_s"]["median"],
-            paused_trial_memory_mib=search["paused_trial_memory_mib"]["median"],
-            paused_trial_memory_max_mib=search["paused_trial_memory_mib"]["max"],
-            paused_trial_memory_samples=search["paused_trial_memory_mib"]["count"],
+            idle_gpu_memory_with_paused_trials_mib=search["paused_trial_memory_mib"]["median"],
+            idle_gpu_memory_with_paused_trials_max_mib=search["paused_trial_memory_mib"]["max"],
+            idle_gpu_memory_samples=search["paused_trial_memory_mib"]["count"],
             max_trials_running_at_once=search["concurrency"]["max"],
             mean_trials_running=search["concurrency"]["mean"],
             builds_without_training=search["builds_without_training"],
@@ -56,6 +67,42 @@ def summarise(search: dict[str, Any] | None, ddp: dict[str, Any] | None, n: int)
     s["targets"] = TARGETS
     s["meets"] = {k: _meets(k, s.get(k)) for k in TARGETS}
     return s
+
+
+def _min(values: dict[str, float | None]) -> float | None:
+    return _min_or_max(values, min)
+
+
+def _min_or_max(values: dict[str, float | None] | None, pick: Any) -> float | None:
+    known = [v for v in (values or {}).values() if v is not None]
+    return pick(known) if known else None
+
+
+def _paused_memory(search: dict[str, Any]) -> dict[str, Any]:
+    """GPU memory that paused trials hold: on GPUs no trial runs on while some trial is
+    paused, after they settled (idle ``settle_s``: the last trial's actor had time to give
+    its memory back), beyond what an idle process's CUDA context takes on that card.
+
+    The figure is the worst GPU's median; None without settled samples (no GPU sat idle long
+    enough while trials were paused).
+    """
+    context = search.get("cuda_context_mib")
+    medians = {
+        k: (r.get("memory_idle_with_paused_trials_settled_mib") or {}).get("median")
+        for k, r in search["per_gpu"].items()
+    }
+    known = [v for v in medians.values() if v is not None]
+    worst = max(known, default=None)
+    held = None if worst is None else max(0.0, worst - (context or 0.0))
+    settled = search.get("paused_trial_memory_settled_mib") or {}
+    return {
+        "paused_trial_memory_mib": held,
+        "cuda_context_mib": context,
+        "idle_gpu_memory_settled_per_gpu_mib": medians,
+        "idle_gpu_memory_settled_max_mib": settled.get("max"),
+        "idle_gpu_memory_settled_samples": settled.get("count"),
+        "settle_s": search.get("settle_s"),
+    }
 
 
 def _meets(key: str, value: float | None) -> bool | None:
@@ -73,6 +120,7 @@ def table(search: dict[str, Any] | None, ddp: dict[str, Any] | None) -> dict[str
     rows = []
     for k, r in (search or {}).get("per_gpu", {}).items():
         idle = r.get("memory_idle_with_paused_trials_mib") or {}
+        settled = r.get("memory_idle_with_paused_trials_settled_mib") or {}
         rows.append(
             {
                 "gpu": k,
@@ -82,6 +130,8 @@ def table(search: dict[str, Any] | None, ddp: dict[str, Any] | None) -> dict[str
                 "builds_without_training": r["builds_without_training"],
                 "busy_fraction": r["busy_fraction"],
                 "busy_until_last_new_trial": r["busy_fraction_until_last_new_trial"],
+                "available_fraction": r.get("available_fraction"),
+                "busy_of_available": r.get("busy_fraction_of_available"),
                 "smi_util_gt0": r.get("smi_busy_fraction"),
                 "smi_util_mean": r.get("smi_util_mean"),
                 "gap_median_s": r["gap_s"]["median"],
@@ -90,6 +140,8 @@ def table(search: dict[str, Any] | None, ddp: dict[str, Any] | None) -> dict[str
                 "mem_idle_paused_median_mib": idle.get("median"),
                 "mem_idle_paused_max_mib": idle.get("max"),
                 "mem_idle_paused_samples": idle.get("count"),
+                "mem_idle_paused_settled_median_mib": settled.get("median"),
+                "mem_idle_paused_settled_samples": settled.get("count"),
             }
         )
     sides = []
@@ -122,6 +174,8 @@ _COLUMNS = [  # header, key, format, width
     ("1st s", "first_run_at_s", ".1f", 5),
     ("busy", "busy_fraction", ".3f", 5),
     ("busy<new", "busy_until_last_new_trial", ".3f", 8),
+    ("avail", "available_fraction", ".3f", 5),
+    ("busy/av", "busy_of_available", ".3f", 7),
     ("util>0", "smi_util_gt0", ".2f", 6),
     ("util%", "smi_util_mean", ".0f", 5),
     ("gap s", "gap_median_s", ".2f", 5),
@@ -130,6 +184,8 @@ _COLUMNS = [  # header, key, format, width
     ("idle+paused", "mem_idle_paused_median_mib", ".0f", 11),
     ("max", "mem_idle_paused_max_mib", ".0f", 6),
     ("n", "mem_idle_paused_samples", "d", 4),
+    ("settled", "mem_idle_paused_settled_median_mib", ".0f", 7),
+    ("n", "mem_idle_paused_settled_samples", "d", 4),
 ]
 
 
@@ -153,9 +209,22 @@ def print_table(result: dict[str, Any]) -> None:
             f"{_f(s.get('busy_fraction_min'), '.3f')} (until the last new trial "
             f"{_f(s.get('busy_fraction_until_last_new_trial_min'), '.3f')}); median gap "
             f"{_f(s.get('median_gap_s'), '.2f')} s (to the first batch "
-            f"{_f(s.get('median_gap_to_first_batch_s'), '.2f')} s); memory of idle GPUs with "
-            f"trials paused {_f(s.get('paused_trial_memory_mib'), '.0f')} MiB median, "
-            f"{_f(s.get('paused_trial_memory_max_mib'), '.0f')} max"
+            f"{_f(s.get('median_gap_to_first_batch_s'), '.2f')} s)"
+        )
+        print(
+            "avail: share of the window the GPU had work (new trials waiting, or a hand-over "
+            "to a promoted trial); busy/av: busy share of that time. Busy/avail min "
+            f"{_f(s.get('busy_fraction_of_available_min'), '.3f')}, avail min "
+            f"{_f(s.get('available_fraction_min'), '.3f')}"
+        )
+        print(
+            "memory of idle GPUs with trials paused: "
+            f"{_f(s.get('idle_gpu_memory_with_paused_trials_mib'), '.0f')} MiB median, "
+            f"{_f(s.get('idle_gpu_memory_with_paused_trials_max_mib'), '.0f')} max; settled "
+            f"(idle >= {_f(s.get('settle_s'), '.0f')} s): worst GPU median "
+            f"{_f(_min_or_max(s.get('idle_gpu_memory_settled_per_gpu_mib'), max), '.0f')}"
+            f" MiB; an idle CUDA context here: {_f(s.get('cuda_context_mib'), '.0f')} MiB; "
+            f"held by paused trials: {_f(s.get('paused_trial_memory_mib'), '.0f')} MiB"
         )
     if s.get("search_interrupted_by_time_limit"):
         print("the search was interrupted at --search-timeout: the figures cover what ran")

@@ -1,6 +1,6 @@
 """Data-parallel throughput: a multi-GPU searchlab trial vs torchrun DDP of the same loop.
 
-    PYTHONPATH=. python benchmarks/data_parallel.py [--gpus 2] [--seconds 50]
+    PYTHONPATH=. python benchmarks/data_parallel.py [--gpus 2] [--seconds 50] [--rounds 2]
     PYTHONPATH=. python benchmarks/data_parallel.py --smoke   # CPU, gloo, 2 processes, tiny
 
 Both sides train ResNet-18 on synthetic CIFAR-shaped data (``benchmarks/resnet_model/``) on
@@ -8,14 +8,20 @@ Both sides train ResNet-18 on synthetic CIFAR-shaped data (``benchmarks/resnet_m
 with ``--per-gpu-batch`` 256 per GPU (global batch 512 on 2 GPUs), SGD + momentum, bf16
 autocast, channels-last, and a loader per GPU with ``--num-workers`` 4 workers, pinned memory,
 ``drop_last``, non-blocking copies and a shuffled shard of the data for each rank. One epoch
-covers the whole run on both sides (the 50,000 images repeat), so no loader restarts inside it.
+covers each run on both sides (the 50,000 images repeat), so no loader restarts inside it.
 
-1. **torchrun** first: ``python -m torch.distributed.run --standalone --nproc_per_node=G
+The two sides run alternately, ``--rounds`` R times each (default 2; ``--smoke``: 1):
+torchrun, searchlab, torchrun, searchlab, ... Each round pairs one run of each side, so slow
+drift of a shared machine hits both sides of a pair about equally.
+
+1. **torchrun**: ``python -m torch.distributed.run --standalone --nproc_per_node=G
    benchmarks/_ddp_torchrun.py`` (plain PyTorch: ``DistributedDataParallel``,
    ``DistributedSampler``, no searchlab or Ray). After ``--warmup`` batches and
-   ``--calibration`` batches, rank 0 picks the timed length N (a multiple of
-   ``--report-every``) that takes about ``--seconds``, then times N batches between two
-   ``torch.cuda.synchronize()`` calls and writes a JSON. ``--batches N`` fixes N instead.
+   ``--calibration`` batches, rank 0 of the FIRST run picks the timed length N (a multiple of
+   ``--report-every``) that takes about ``--seconds``; ``--batches N`` fixes N instead. Every
+   later torchrun run gets ``--batches N`` (same warm-up and calibration batches before it),
+   so all runs of both sides time the same N batches. Rank 0 times the N batches between two
+   ``torch.cuda.synchronize()`` calls and writes a JSON.
 2. **searchlab**: a real search, ``searchlab.run(config, model_dir=benchmarks/resnet_model)``
    with ``searcher: single``, ``resources.slots_per_trial: G`` (``cpus_per_trial``
    ``--cpus-per-worker``), ``scheduling_unit: --report-every`` and ``--report-every`` + N
@@ -29,16 +35,27 @@ covers the whole run on both sides (the 50,000 images repeat), so no loader rest
    time, as it is in any search; Ray start-up, actor start-up, the final validation and the
    checkpoint are not.
 
-So both sides time the same N batches of the same work after a warm-up.
-``searchlab_over_torchrun`` is searchlab's samples/s over torchrun's; target >= 0.95. The
-window rates (each ``--report-every`` batches: searchlab between reports, torchrun by CUDA
-events) are kept to show the spread. On GPU, NCCL's set-up log (``NCCL_DEBUG=INFO``, subsystem
-INIT, to files; not if ``NCCL_DEBUG`` is set already) gives each side's ``nccl_transports``:
-Ray gives each worker only its own GPU, torchrun ranks see all, and NCCL may connect them
-differently (``P2P/...`` or ``SHM/...``). Before anything runs, the script checks that the
-torchrun worker's model builder gives the same weights as ``model_def.make_model``. Prints a
-table and writes ``benchmarks/results/data_parallel.json`` (``--smoke``: into the temp
-directory).
+Ray is started once, by this script (``ray.init`` with ``num_gpus`` = G, the GPUs that
+``CUDA_VISIBLE_DEVICES`` was narrowed to), before the first torchrun run, so every run of a
+side sees the same background; each ``searchlab.run`` finds Ray up, reuses it (the model
+directory travels through Ray's object store) and leaves it running; the script shuts it
+down at the end. Before each later torchrun run, the script waits until the last search's
+actors have given back their Ray resources.
+
+So both sides time the same N batches of the same work after a warm-up, R times each.
+``searchlab_over_torchrun`` is the median over rounds of the pair ratio (searchlab's samples/s
+over torchrun's in the same round); target >= 0.95. ``pooled_ratio`` is the ratio of all
+samples over all timed seconds of each side. The window rates (each ``--report-every``
+batches: searchlab between reports, torchrun by CUDA events) are kept to show the spread. On
+GPU, NCCL's set-up log (``NCCL_DEBUG=INFO``, subsystem INIT, to files; not if ``NCCL_DEBUG`` is
+set already) gives each run's ``nccl_transports``: Ray gives each worker only its own GPU,
+torchrun ranks see all, and NCCL may connect them differently (``P2P/...`` or ``SHM/...``).
+Before anything runs, the script checks that the torchrun worker's model builder gives the
+same weights as ``model_def.make_model``. Prints a table (a row per round, then the medians)
+and writes ``benchmarks/results/data_parallel.json`` (``--smoke``: into the temp directory):
+``summary`` (medians over rounds, ``pair_ratios``, ``pooled_ratio``, ``rounds``), ``torchrun``
+and ``searchlab`` (the first round's runs, with their window rates) and ``rounds_detail``
+(every round's runs without the window lists, but with ``window_stats``).
 """
 
 from __future__ import annotations
@@ -62,6 +79,7 @@ from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sy
 from model_def import HPARAM_DEFAULTS
 
 import searchlab
+from searchlab._ray_env import quiet_ray_environment, ray_init_kwargs
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "_ddp_torchrun.py"
@@ -98,10 +116,19 @@ def nccl_log_env(folder: pathlib.Path) -> dict[str, str]:
     }
 
 
-def nccl_transports(folder: pathlib.Path) -> dict[str, int] | None:
-    """How many NCCL channels of the ranks use each transport ("P2P/CUMEM", "SHM/...")."""
+def nccl_logs(folder: pathlib.Path) -> set[pathlib.Path]:
+    return set(folder.glob("nccl.*.log"))
+
+
+def nccl_transports(
+    folder: pathlib.Path, skip: set[pathlib.Path] | None = None
+) -> dict[str, int] | None:
+    """How many NCCL channels of the ranks use each transport ("P2P/CUMEM", "SHM/...").
+
+    ``skip``: logs of earlier runs in the same folder (each process writes its own file).
+    """
     counts: collections.Counter[str] = collections.Counter()
-    for log in folder.glob("nccl.*.log"):
+    for log in sorted(nccl_logs(folder) - (skip or set())):
         for line in log.read_text(errors="replace").splitlines():
             found = re.search(r"Channel .* via (\S+)", line)
             if found:
@@ -130,9 +157,17 @@ def select_gpus(args: argparse.Namespace) -> int:
 
 
 def run_torchrun(
-    args: argparse.Namespace, gpus: int, root: pathlib.Path, epoch_images: int, tmp: pathlib.Path
+    args: argparse.Namespace,
+    gpus: int,
+    root: pathlib.Path,
+    epoch_images: int,
+    tmp: pathlib.Path,
+    round_no: int,
+    batches: int,
 ) -> dict[str, Any]:
-    out = tmp / "torchrun.json"
+    """One torchrun run; ``batches``: the timed N (0: rank 0 picks it from --seconds)."""
+    out = tmp / f"torchrun-{round_no}.json"
+    nccl_dir = tmp / f"nccl-torchrun-{round_no}"
     hp = HPARAM_DEFAULTS
     cmd = [
         sys.executable,
@@ -152,7 +187,7 @@ def run_torchrun(
         f"--warmup={args.warmup}",
         f"--calibration={args.calibration}",
         f"--seconds={args.seconds}",
-        f"--batches={args.batches}",
+        f"--batches={batches}",
         f"--round-to={args.report_every}",
         f"--max-batches={args.max_batches}",
         *(["--no-amp"] if args.no_amp else []),
@@ -160,7 +195,7 @@ def run_torchrun(
     # torchrun's own default for several processes per node, stated so it prints no warning.
     # The rest of the environment (NCCL settings included) reaches every rank as it is.
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.update(nccl_log_env(tmp / "nccl-torchrun"))
+    env.update(nccl_log_env(nccl_dir))
     began = time.time()
     proc = subprocess.run(
         cmd,
@@ -178,7 +213,7 @@ def run_torchrun(
         raise RuntimeError(f"torchrun exited with {proc.returncode}: {' '.join(cmd)}")
     result = json.loads(out.read_text())
     result["launch_wall_s"] = wall
-    result["nccl_transports"] = nccl_transports(tmp / "nccl-torchrun")
+    result["nccl_transports"] = nccl_transports(nccl_dir)
     return result
 
 
@@ -212,6 +247,51 @@ def searchlab_config(
     }
 
 
+def start_ray(gpus: int, nccl_env: dict[str, str]) -> bool:
+    """Start Ray here (once for every searchlab run), as ``searchlab._ray_env.connect_ray`` would.
+
+    Ray gets ``num_gpus`` = ``gpus`` (0 without CUDA): the first of the GPUs that
+    ``CUDA_VISIBLE_DEVICES`` shows, which ``select_gpus`` narrowed to ``--gpus``. Its worker
+    processes inherit this process's environment at this moment, so ``nccl_env`` is set only
+    around ``ray.init`` (the torchrun runs get their own). With ``RAY_ADDRESS`` set, joins that
+    cluster instead (which counts its own resources). Returns False when Ray was up already.
+    """
+    quiet_ray_environment()
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS") or None
+    kwargs = ray_init_kwargs()
+    if address is None:
+        kwargs["num_gpus"] = gpus if torch.cuda.is_available() else 0
+    saved = {key: os.environ.get(key) for key in nccl_env}
+    os.environ.update(nccl_env)
+    try:
+        ray.init(address=address, **kwargs)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return True
+
+
+def wait_for_ray_resources(timeout_s: float = 60.0) -> float:
+    """Wait until the last search's actors gave back their CPUs and GPUs; returns the wait."""
+    import ray
+
+    began = time.time()
+    total = ray.cluster_resources()
+    while time.time() - began < timeout_s:
+        free = ray.available_resources()
+        if all(free.get(k, 0.0) >= total[k] - 1e-6 for k in ("CPU", "GPU") if k in total):
+            break
+        time.sleep(0.5)
+    return time.time() - began
+
+
 def run_searchlab(
     args: argparse.Namespace,
     gpus: int,
@@ -219,29 +299,27 @@ def run_searchlab(
     epoch_images: int,
     timed_batches: int,
     tmp: pathlib.Path,
+    round_no: int,
+    nccl_dir: pathlib.Path,
 ) -> dict[str, Any]:
+    """One search on the Ray that ``start_ray`` started (searchlab.run leaves it running)."""
     total = args.report_every + timed_batches
     global_batch = args.per_gpu_batch * gpus
     lines: list[str] = []
     echo = print if args.verbose else lines.append
-    # Ray starts inside searchlab.run, so its workers inherit this process's environment.
-    nccl_env = nccl_log_env(tmp / "nccl-searchlab")
-    os.environ.update(nccl_env)
+    earlier_logs = nccl_logs(nccl_dir)  # the workers of every search log into one folder
     began = time.time()
     try:
         results = searchlab.run(
             searchlab_config(args, gpus, root, epoch_images, total),
             model_dir=MODEL_DIR,
             storage_path=tmp / "search",
-            name="data-parallel",
+            name=f"data-parallel-{round_no}",
             echo=echo,
         )
     except Exception:
         print("\n".join(lines[-40:]))
         raise
-    finally:
-        for key in nccl_env:
-            os.environ.pop(key, None)
     wall = time.time() - began
     states = results.trials["state"].tolist()
     if states != ["COMPLETED"]:
@@ -273,7 +351,7 @@ def run_searchlab(
         "epoch_images": epoch_images,
         "cpus_per_worker": args.cpus_per_worker,
         "experiment_wall_s": wall,
-        "nccl_transports": nccl_transports(tmp / "nccl-searchlab"),
+        "nccl_transports": nccl_transports(nccl_dir, skip=earlier_logs),
     }
 
 
@@ -295,6 +373,105 @@ def window_stats(rates: list[float]) -> dict[str, float]:
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates)}
 
 
+# Left out of ``rounds_detail`` (the first round's are in the top-level entries): long lists,
+# or the same every round.
+DETAIL_DROPS = ("window_samples_per_s", "ranks")
+
+
+def detail(side: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in side.items() if k not in DETAIL_DROPS}
+
+
+def run_rounds(
+    args: argparse.Namespace,
+    gpus: int,
+    root: pathlib.Path,
+    epoch_images: int,
+    tmp: pathlib.Path,
+    began: float,
+) -> list[dict[str, Any]]:
+    """torchrun, searchlab, torchrun, searchlab, ...: ``--rounds`` pairs on one Ray."""
+    nccl_dir = tmp / "nccl-searchlab"
+    started = start_ray(gpus, nccl_log_env(nccl_dir))
+    rounds: list[dict[str, Any]] = []
+    n = args.batches  # 0 until the first torchrun run has picked it
+    what = "GPUs" if not args.smoke else "CPU processes"
+    try:
+        for i in range(1, args.rounds + 1):
+            tag = f"round {i}/{args.rounds}"
+            settle = wait_for_ray_resources() if i > 1 else 0.0
+            print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
+            ddp_began = time.time() - began
+            ddp = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
+            ddp.update(began_s=ddp_began, ray_settle_s=settle)
+            if not n:
+                n = int(ddp["timed_batches"])
+            if ddp["timed_batches"] != n:
+                raise RuntimeError(f"torchrun timed {ddp['timed_batches']} batches, not {n}")
+            print(
+                f"{tag}: torchrun: {ddp['samples_per_s']:.0f} samples/s over {n} batches "
+                f"({ddp['timed_s']:.1f} s; launch to exit {ddp['launch_wall_s']:.0f} s)",
+                flush=True,
+            )
+            print(f"{tag}: searchlab: {gpus}-worker trial, {args.report_every + n} batches ...")
+            ours_began = time.time() - began
+            ours = run_searchlab(args, gpus, root, epoch_images, n, tmp, i, nccl_dir)
+            ours["began_s"] = ours_began
+            if ours["timed_batches"] != n:
+                raise RuntimeError(f"searchlab timed {ours['timed_batches']} batches, not {n}")
+            ratio = ours["samples_per_s"] / ddp["samples_per_s"]
+            print(
+                f"{tag}: searchlab: {ours['samples_per_s']:.0f} samples/s over "
+                f"{ours['timed_batches']} batches ({ours['timed_s']:.1f} s; search took "
+                f"{ours['experiment_wall_s']:.0f} s); pair ratio {ratio:.3f}",
+                flush=True,
+            )
+            for side in (ours, ddp):
+                side["window_stats"] = window_stats(side["window_samples_per_s"])
+            rounds.append({"round": i, "pair_ratio": ratio, "torchrun": ddp, "searchlab": ours})
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    return rounds
+
+
+def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dict[str, Any]:
+    """Medians over rounds of each side's samples/s and of the pair ratios, and the pooled ratio."""
+
+    def side(name: str) -> list[dict[str, Any]]:
+        return [r[name] for r in rounds]
+
+    def pooled(name: str) -> float:
+        samples = sum(s["timed_batches"] * s["global_batch"] for s in side(name))
+        return samples / sum(s["timed_s"] for s in side(name))
+
+    def windows(name: str) -> float:
+        return statistics.median(w for s in side(name) for w in s["window_samples_per_s"])
+
+    pairs = [r["pair_ratio"] for r in rounds]
+    ratio = statistics.median(pairs)
+    return {
+        "searchlab_over_torchrun": ratio,
+        "searchlab_samples_per_s": statistics.median(s["samples_per_s"] for s in side("searchlab")),
+        "torchrun_samples_per_s": statistics.median(s["samples_per_s"] for s in side("torchrun")),
+        "pair_ratios": pairs,
+        "pooled_ratio": pooled("searchlab") / pooled("torchrun"),
+        "window_median_ratio": windows("searchlab") / windows("torchrun"),
+        "rounds": len(rounds),
+        "target": TARGET,
+        "meets_target": ratio >= TARGET,
+        "gpus": gpus,
+        "global_batch": global_batch,
+        "timed_batches": rounds[0]["torchrun"]["timed_batches"],
+        "measure": (
+            "samples/s over the same N batches after warm-up; sides alternate, torchrun first; "
+            "ratio = median over rounds of searchlab/torchrun in the same round (see docstring)"
+        ),
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     began = time.time()
     gpus = select_gpus(args)
@@ -311,43 +488,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.max_batches = args.batches
     else:
         args.max_batches = math.ceil(args.seconds * MAX_BATCHES_PER_S / r) * r
-    # One epoch holds everything either side trains (torchrun trains the most: its warm-up
-    # and calibration, then at most max_batches), so neither restarts its loader mid-run.
+    # One epoch holds everything either side trains in one run (torchrun trains the most: its
+    # warm-up and calibration, then at most max_batches), so neither restarts its loader
+    # mid-run. Every run of both sides uses this same epoch.
     most = max(args.warmup + args.calibration, r) + args.max_batches + 1
     epoch_images = most * args.per_gpu_batch * gpus
     with tempfile.TemporaryDirectory(prefix="searchlab-data-parallel-") as tmp:
-        print(f"torchrun: DDP on {gpus} {'GPUs' if not args.smoke else 'CPU processes'} ...")
-        ddp = run_torchrun(args, gpus, root, epoch_images, pathlib.Path(tmp))
-        n = int(ddp["timed_batches"])
-        print(
-            f"torchrun: {ddp['samples_per_s']:.0f} samples/s over {n} batches "
-            f"({ddp['timed_s']:.1f} s; launch to exit {ddp['launch_wall_s']:.0f} s)",
-            flush=True,
-        )
-        print(f"searchlab: {gpus}-worker trial, {r + n} batches ...", flush=True)
-        ours = run_searchlab(args, gpus, root, epoch_images, n, pathlib.Path(tmp))
-        print(
-            f"searchlab: {ours['samples_per_s']:.0f} samples/s over {ours['timed_batches']} "
-            f"batches ({ours['timed_s']:.1f} s; search took {ours['experiment_wall_s']:.0f} s)",
-            flush=True,
-        )
-    ours["window_stats"] = window_stats(ours["window_samples_per_s"])
-    ddp["window_stats"] = window_stats(ddp["window_samples_per_s"])
-    ratio = ours["samples_per_s"] / ddp["samples_per_s"]
+        rounds = run_rounds(args, gpus, root, epoch_images, pathlib.Path(tmp), began)
+    n = rounds[0]["torchrun"]["timed_batches"]
+    global_batch = args.per_gpu_batch * gpus
     return {
-        "summary": {
-            "searchlab_over_torchrun": ratio,
-            "searchlab_samples_per_s": ours["samples_per_s"],
-            "torchrun_samples_per_s": ddp["samples_per_s"],
-            "window_median_ratio": ours["window_stats"]["median"] / ddp["window_stats"]["median"],
-            "target": TARGET,
-            "meets_target": ratio >= TARGET,
-            "gpus": gpus,
-            "global_batch": args.per_gpu_batch * gpus,
-            "measure": "samples/s over the same N batches after warm-up (see docstring)",
-        },
-        "searchlab": ours,
-        "torchrun": ddp,
+        "summary": summarise(rounds, gpus, global_batch),
+        "searchlab": rounds[0]["searchlab"],
+        "torchrun": rounds[0]["torchrun"],
+        "rounds_detail": [
+            {**r, "torchrun": detail(r["torchrun"]), "searchlab": detail(r["searchlab"])}
+            for r in rounds
+        ],
         "machine": machine(gpus),
         "config": {
             "model": "torchvision resnet18(num_classes=10), channels_last",
@@ -355,7 +512,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "autocast": None if args.no_amp else "bfloat16",
             "gpus": gpus,
             "per_gpu_batch": args.per_gpu_batch,
-            "global_batch": args.per_gpu_batch * gpus,
+            "global_batch": global_batch,
             "optimizer": {k: HPARAM_DEFAULTS[k] for k in ("lr", "momentum", "weight_decay")},
             "num_workers": args.num_workers,
             "pin_memory": torch.cuda.is_available(),
@@ -363,6 +520,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "torchrun_warmup": args.warmup,
             "torchrun_calibration": args.calibration,
             "seconds": args.seconds,
+            "rounds": args.rounds,
+            "order": "torchrun, searchlab, torchrun, searchlab, ... (one Ray for all searches)",
             "timed_batches": n,
             "searchlab_batches": r + n,
             "cpus_per_worker": args.cpus_per_worker,
@@ -377,27 +536,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(
-        f"{'side':<9}  {'GPUs':>4}  {'batch':>5}  {'timed batches':>13}  {'timed s':>7}  "
-        f"{'samples/s':>9}  {'window median':>13}  {'window min-max':>15}  {'loss':>6}"
-    )
-    for name in ("torchrun", "searchlab"):
-        s = result[name]
-        w = s["window_stats"]
-        print(
-            f"{name:<9}  {s['world_size']:>4}  {s['global_batch']:>5}  {s['timed_batches']:>13}  "
-            f"{s['timed_s']:>7.1f}  {s['samples_per_s']:>9.0f}  {w['median']:>13.0f}  "
-            f"{w['min']:>7.0f}-{w['max']:<7.0f}  {s['loss_mean']:>6.3f}"
-        )
     s, m = result["summary"], result["machine"]
-    verdict = "meets" if s["meets_target"] else "MISSES"
     print(
-        f"searchlab / torchrun = {s['searchlab_over_torchrun']:.3f} (window medians: "
+        f"{s['gpus']} {'GPUs' if m['gpu'] else 'CPU processes'} per side, global batch "
+        f"{s['global_batch']}, {s['timed_batches']} timed batches per run; samples/s, window "
+        "median (min-max), mean loss"
+    )
+    head = f"{'samples/s':>9}  {'window med (min-max)':>22}  {'loss':>6}"
+    print(f"{'round':<6}  {'torchrun ' + head:>49}  |  {'searchlab ' + head:>50}  |  {'ratio':>5}")
+
+    def cells(side: dict[str, Any]) -> str:
+        w = side["window_stats"]
+        spread = f"{w['median']:.0f} ({w['min']:.0f}-{w['max']:.0f})"
+        return f"{side['samples_per_s']:>9.0f}  {spread:>22}  {side['loss_mean']:>6.3f}"
+
+    for r in result["rounds_detail"]:
+        print(
+            f"{r['round']:<6}  {' ' * 9}{cells(r['torchrun'])}  |  {' ' * 10}"
+            f"{cells(r['searchlab'])}  |  {r['pair_ratio']:>5.3f}"
+        )
+    print(
+        f"{'median':<6}  {' ' * 9}{s['torchrun_samples_per_s']:>9.0f}{' ' * 32}  |  {' ' * 10}"
+        f"{s['searchlab_samples_per_s']:>9.0f}{' ' * 32}  |  {s['searchlab_over_torchrun']:>5.3f}"
+    )
+    verdict = "meets" if s["meets_target"] else "MISSES"
+    pairs = ", ".join(f"{p:.3f}" for p in s["pair_ratios"])
+    print(
+        f"searchlab / torchrun = {s['searchlab_over_torchrun']:.3f} (median of {s['rounds']} "
+        f"pair ratio(s): {pairs}; pooled {s['pooled_ratio']:.3f}; window medians "
         f"{s['window_median_ratio']:.3f}): {verdict} the target >= {s['target']}"
     )
     if m["gpu"]:
         print(
-            f"NCCL transports: torchrun {result['torchrun']['nccl_transports']}, "
+            f"NCCL transports (round 1): torchrun {result['torchrun']['nccl_transports']}, "
             f"searchlab {result['searchlab']['nccl_transports']}"
         )
     gpu = f"{m['gpu']} x{m['gpus_used']}" if m["gpu"] else "no GPU: " + m["cpu_model"]
@@ -411,6 +582,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-workers", type=int, default=4, help="DataLoader workers per GPU")
     parser.add_argument("--seconds", type=float, default=50.0, help="aim of each timed part")
     parser.add_argument("--batches", type=int, default=0, help="timed batches (0: --seconds)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="runs of each side, alternating torchrun first (default 2; --smoke: 1)",
+    )
     parser.add_argument(
         "--report-every", type=int, default=100, help="scheduling_unit; N is a multiple"
     )
@@ -431,6 +608,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="CPU (gloo), 2 processes, tiny sizes: checks the script",
     )
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 2
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.smoke:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything touches CUDA; children inherit
         args.gpus, args.per_gpu_batch, args.num_workers = 2, 8, 1

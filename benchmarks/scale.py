@@ -19,14 +19,22 @@ Runs unchanged on any number of GPUs (default: all visible; ``--gpus N`` takes t
      end) covered by its intervals. ASHA ends with fewer trials than GPUs (one trial trains
      the last rung alone), so ``busy_fraction_until_last_new_trial`` is kept beside it: the
      same share up to the moment the last new trial was built, while work was always waiting.
+     ``available_fraction``: the share of the window the GPU had work (until the last new
+     trial began, all of it; after, its runs and the idle gaps that ended with a promoted
+     trial's run on it), and ``busy_fraction_of_available`` its busy share of that time: how
+     well searchlab used what the search allowed.
    - ``median_gap_s``: over all hand-overs, the time from one trial's last work on a GPU to
      the next trial's build on it (``gap_to_first_batch_s``: to its first batch).
    - nvidia-smi (``-lms`` ``--sample-ms`` 200) samples every GPU's utilisation and memory:
-     ``smi_busy_fraction`` is the share of samples in the window with utilisation > 0, and
-     ``paused_trial_memory_mib`` the memory.used of GPUs that no trial runs on while some
-     trial is PAUSED (per the driver's trial lines). It includes whatever the idle worker
-     process keeps on that GPU: its CUDA context, and a paused trial's tensors until the
-     worker is given its next trial.
+     ``smi_busy_fraction`` is the share of samples in the window with utilisation > 0;
+     ``idle_gpu_memory_with_paused_trials_mib`` the memory.used of GPUs that no trial runs on
+     while some trial is PAUSED (per the driver's trial lines), and ``..._settled`` the same
+     for GPUs idle at least 3 s (a paused trial's actor gives its memory back after 1 s idle:
+     ``SEARCHLAB_RELEASE_IDLE_AFTER_S``). Before the search, a probe process trains a conv
+     layer on GPU 0, gives its cached blocks back and idles: ``cuda_context_mib`` is what
+     nvidia-smi shows for it (the CUDA context with cuDNN and cuBLAS, which an idle worker
+     keeps to take its next trial without a new process). ``paused_trial_memory_mib``: the
+     worst GPU's settled median beyond that context.
 
 2. **ddp**: ``data_parallel.py --gpus N --seconds 30`` in a subprocess: one searchlab trial
    with ``slots_per_trial`` = N against ``torchrun`` DDP of the same loop (needs N >= 2).
@@ -61,6 +69,7 @@ from _cifar import ensure_fake_cifar
 from _scale_measure import (
     GpuSampler,
     analyse,
+    measure_cuda_context,
     parse_trial_line,
     query_gpus,
     read_events,
@@ -281,6 +290,9 @@ def run_search(
         flush=True,
     )
     event_log = tmp / "events.jsonl"
+    context_mib = measure_cuda_context(gpus[0]["index"]) if gpus else None
+    if context_mib is not None:
+        print(f"an idle CUDA context (cuDNN, cuBLAS loaded) takes {context_mib:.0f} MiB here")
     if args.max_pending_trials:  # read by Tune's controller in this process
         os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(args.max_pending_trials)
     sampler = GpuSampler([g["index"] for g in gpus], args.sample_ms) if gpus else None
@@ -323,6 +335,7 @@ def run_search(
         "resumes": sum(s.resumed for s in segments),
         "gpu_sampling": "nvidia-smi" if sampling else None,
         "nvidia_smi_samples": len(samples),
+        "cuda_context_mib": context_mib,
         **analysis,
         "segments": [s.to_dict() for s in segments],
         "trial_lines": progress.states,
