@@ -333,7 +333,14 @@ def run_searchlab(
         raise RuntimeError(f"training reports at batches {done.tolist()}, expected {expected}")
     # The clock starts at the first report: its window (batches 1..report_every) is warm-up.
     kept_losses = training["loss"].to_numpy(dtype=float)[1:]
+    # Waits between a report and the next window's first batch, inside the timed windows.
+    gaps = training["report_gap_s"].to_numpy(dtype=float)[1:]
     return {
+        "report_gap_s": {
+            "median": float(statistics.median(gaps)),
+            "max": float(gaps.max()),
+            "share_of_timed": float(gaps.sum() / (times[-1] - times[0])),
+        },
         "samples_per_s": float((done[-1] - done[0]) * global_batch / (times[-1] - times[0])),
         "timed_batches": int(done[-1] - done[0]),
         "timed_s": float(times[-1] - times[0]),
@@ -423,7 +430,9 @@ def run_rounds(
             print(
                 f"{tag}: searchlab: {ours['samples_per_s']:.0f} samples/s over "
                 f"{ours['timed_batches']} batches ({ours['timed_s']:.1f} s; search took "
-                f"{ours['experiment_wall_s']:.0f} s); pair ratio {ratio:.3f}",
+                f"{ours['experiment_wall_s']:.0f} s); pair ratio {ratio:.3f}; waits between "
+                f"a report and the next batch: median {ours['report_gap_s']['median'] * 1e3:.1f}"
+                f" ms, {ours['report_gap_s']['share_of_timed']:.1%} of the timed time",
                 flush=True,
             )
             for side in (ours, ddp):

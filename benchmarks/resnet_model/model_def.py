@@ -36,6 +36,7 @@ __all__ = [
     "HPARAM_DEFAULTS",
     "CifarInput",
     "CifarResNetTrial",
+    "ReportGap",
     "WallClock",
     "make_model",
     "make_optimizer",
@@ -122,6 +123,31 @@ class WallClock(pytorch.MetricReducer):
         return float(max(per_slot_metrics))
 
 
+class ReportGap(pytorch.MetricReducer):
+    """Seconds this window's training waited between the previous report and its first batch:
+    the report's way through Tune (or back to the caller) and the next call (0 at first)."""
+
+    def __init__(self) -> None:
+        self._reported_at: float | None = None
+        self._waited = 0.0
+
+    def reset(self) -> None:
+        pass
+
+    def batch_started(self) -> None:
+        if self._reported_at is not None:
+            self._waited += time.perf_counter() - self._reported_at
+            self._reported_at = None
+
+    def per_slot_reduce(self) -> float:
+        waited, self._waited = self._waited, 0.0
+        self._reported_at = time.perf_counter()
+        return waited
+
+    def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> float:
+        return float(max(per_slot_metrics))
+
+
 class CifarResNetTrial(pytorch.PyTorchTrial):
     """ResNet-18, SGD with momentum, cross-entropy; bf16 autocast via ``use_amp()``."""
 
@@ -134,6 +160,8 @@ class CifarResNetTrial(pytorch.PyTorchTrial):
         self.model = context.wrap_model(make_model(bool(self.hp["channels_last"])))
         self.opt = context.wrap_optimizer(make_optimizer(self.model, self.hp))
         context.wrap_reducer(WallClock(), name="wall_time", for_validation=False)
+        self.report_gap = ReportGap()
+        context.wrap_reducer(self.report_gap, name="report_gap_s", for_validation=False)
         self.root = prepare_data(context.get_data_config())
         epoch_images = context.get_data_config().get("epoch_images")
         self.epoch_images = int(epoch_images) if epoch_images else None
@@ -155,6 +183,7 @@ class CifarResNetTrial(pytorch.PyTorchTrial):
         return self._loader(train=False)
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        self.report_gap.batch_started()
         x, y = batch
         loss = nn.functional.cross_entropy(self.model(x), y)
         self.context.backward(loss)

@@ -193,6 +193,8 @@ def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
     hparams = {"global_batch_size": 8, "hidden": 4096, "amp": True}
     loaded = load_experiment_config(_config("park", hparams), model_dir=str(GPU_MODEL))
     spec = ExperimentSpec.from_config(loaded, "park")
+    free_accelerator_memory()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     runner = TrialRunner(
         spec,
         {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [2, 6], "trial_seed": 3}},
@@ -200,8 +202,6 @@ def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
         logdir=str(tmp_path),
         model_dir=str(GPU_MODEL),
     )
-    free_accelerator_memory()
-    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     first = runner.step()
     assert first["on_cuda"] == 1.0
     assert torch.cuda.memory_allocated() > allocated  # the trial's weights and optimizer
