@@ -52,7 +52,7 @@ set already) gives each run's ``nccl_transports``: Ray gives each worker only it
 torchrun ranks see all, and NCCL may connect them differently (``P2P/...`` or ``SHM/...``).
 Before anything runs, the script checks that the torchrun worker's model builder gives the
 same weights as ``model_def.make_model``. Prints a table (a row per round, then the medians)
-and writes ``benchmarks/results/data_parallel.json`` (``--smoke``: into the temp directory):
+and writes ``benchmarks/results/data_parallel_<G>gpu.json`` (``--smoke``: the temp directory):
 ``summary`` (medians over rounds, ``pair_ratios``, ``pooled_ratio``, ``rounds``), ``torchrun``
 and ``searchlab`` (the first round's runs, with their window rates) and ``rounds_detail``
 (every round's runs without the window lists, but with ``window_stats``).
@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
 import math
 import os
@@ -83,7 +84,7 @@ from searchlab._ray_env import quiet_ray_environment, ray_init_kwargs
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "_ddp_torchrun.py"
-RESULTS = HERE / "results" / "data_parallel.json"
+RESULTS = HERE / "results"  # data_parallel_<G>gpu.json
 TARGET = 0.95
 # The torchrun run's epoch must hold every batch it may train before N is known: N is capped
 # at this rate times --seconds (far above what ResNet-18 at 256 per GPU reaches).
@@ -628,7 +629,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.cpus_per_worker, args.n_train, args.n_test = 0.5, 256, 32
     if args.out is None:
         smoke_dir = pathlib.Path(tempfile.gettempdir()) / "searchlab-bench-smoke"
-        args.out = smoke_dir / RESULTS.name if args.smoke else RESULTS
+        args.out = smoke_dir / "data_parallel.json" if args.smoke else None
     return args
 
 
@@ -636,6 +637,9 @@ def main() -> None:
     args = parse_args()
     result = run(args)
     print_table(result)
+    result["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+    if args.out is None:  # the GPU count is known now
+        args.out = RESULTS / f"data_parallel_{result['summary']['gpus']}gpu.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
