@@ -213,5 +213,9 @@ def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
     assert runner.parked
     assert torch.cuda.memory_allocated() == allocated
     assert torch.cuda.memory_reserved() == reserved
-    second = runner.step()  # rebuilt from the kept state, on the GPU again
-    assert second["on_cuda"] == 1.0 and second["batches"] == first["batches"] + 2
+    # Rebuilt from the kept state: first the rung's validation that was due at batch 2,
+    # then training goes on, on the GPU again.
+    second = runner.step()
+    assert second["group"] == "validation" and second["batches"] == first["batches"] == 2
+    third = runner.step()
+    assert third["on_cuda"] == 1.0 and third["batches"] == 4
