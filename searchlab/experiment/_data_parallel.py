@@ -9,9 +9,9 @@ its memory back (``IdleRelease``), as a one-worker trial does.
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
-import socket
 from typing import Any
 
 import ray
@@ -28,6 +28,8 @@ from searchlab.pytorch._state import capture_rng_state, restore_rng_state
 
 __all__ = ["DataParallelTrainable", "TrialWorker", "placement_group_factory"]
 
+_RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=5)
+
 
 def placement_group_factory(workers: int, cpus: float, gpus: float) -> tune.PlacementGroupFactory:
     """Bundle 0 for the trainable itself, then one bundle per worker."""
@@ -42,15 +44,28 @@ class TrialWorker:
         self.rank, self.size = rank, size
         self.local_rank, self.local_size = 0, 1
         self._runner: TrialRunner | None = None
+        self._store: Any = None  # rank 0's rendezvous store (it must outlive the group)
 
     def placement(self) -> tuple[str, list[str]]:
         """This worker's node and the GPU ids Ray gave it."""
         return ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
 
-    def free_port(self) -> int:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
+    def open_store(self) -> int:
+        """Rank 0: serve the group's rendezvous store on a port the OS picks; return it.
+
+        Binding port 0 and keeping the socket leaves no window in which another process could
+        take the port between choosing and using it.
+        """
+        if self._store is None:
+            self._store = torch.distributed.TCPStore(
+                "0.0.0.0",
+                0,
+                self.size,
+                is_master=True,
+                timeout=_RENDEZVOUS_TIMEOUT,
+                wait_for_workers=False,
+            )
+        return int(self._store.port)
 
     def init_group(
         self, host: str, port: int, local_rank: int, local_size: int, visible: list[str]
@@ -71,8 +86,11 @@ class TrialWorker:
             LOCAL_WORLD_SIZE=str(local_size),
         )
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        store = self._store or torch.distributed.TCPStore(
+            host, port, self.size, is_master=False, timeout=_RENDEZVOUS_TIMEOUT
+        )
         torch.distributed.init_process_group(
-            backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.size
+            backend, store=store, rank=self.rank, world_size=self.size
         )
 
     def build(
@@ -174,7 +192,7 @@ class DataParallelTrainable(tune.Trainable):
             for i in range(n)
         ]
         placements = ray.get([w.placement.remote() for w in workers])
-        host, port = placements[0][0], ray.get(workers[0].free_port.remote())
+        host, port = placements[0][0], ray.get(workers[0].open_store.remote())
         calls = []
         for worker, (node, _) in zip(workers, placements):
             same_node = [i for i, (n, _) in enumerate(placements) if n == node]
