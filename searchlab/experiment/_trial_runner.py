@@ -250,9 +250,13 @@ class TrialRunner:
         value = report.metrics.get(name)
         if report.group not in ("training", "validation") or value is None or math.isfinite(value):
             return None
+        first = report.first_non_finite.get(name, report.batches)
+        where = f"batch {first}" + (
+            f" (reported at batch {report.batches})" if first != report.batches else ""
+        )
         return (
-            f"{report.group} metric {name!r} is {value} at batch {report.batches}; the trial "
-            "stops and counts as the worst result (lower the learning rate or check the data)"
+            f"{report.group} metric {name!r} is {value} at {where}; the trial stops and "
+            "counts as the worst result (lower the learning rate or check the data)"
         )
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:

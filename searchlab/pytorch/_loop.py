@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -55,6 +56,9 @@ class Report:
     checkpoint: bool = False
     done: bool = False
     stop_requested: bool = False
+    # Training metrics whose window mean is not finite: the batch (count) of the first
+    # non-finite value in this worker's window.
+    first_non_finite: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class TrialLoop:
@@ -243,7 +247,15 @@ class TrialLoop:
         metrics.update(self.validator.reducer_metrics(training=True))
         for cb in self.callbacks.values():
             cb.on_training_workload_end(metrics, window)
-        return Report("training", metrics, self.batches_trained, self.epochs)
+        report = Report("training", metrics, self.batches_trained, self.epochs)
+        first_batch = self.batches_trained - len(window) + 1
+        for name, value in metrics.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                for offset, batch_metrics in enumerate(window):
+                    if name in batch_metrics and not math.isfinite(to_float(batch_metrics[name])):
+                        report.first_non_finite[name] = first_batch + offset
+                        break
+        return report
 
     def _validation_report(self, *, checkpoint: bool, done: bool) -> Report:
         metrics = self.validator.validate()

@@ -27,7 +27,12 @@ from searchlab.cli import main
 from searchlab.config import load_experiment_config
 from searchlab.errors import CheckpointError, TrialDefinitionError
 from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
-from searchlab.experiment._trial_runner import FATAL_KEY, TrialRunner, load_with_fallback
+from searchlab.experiment._trial_runner import (
+    FATAL_KEY,
+    TRIAL_ERROR_KEY,
+    TrialRunner,
+    load_with_fallback,
+)
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
 # Where each injected failure shows in the stored traceback: the user's function that raised.
@@ -377,6 +382,27 @@ def test_model_directory_not_importable_on_a_worker(tmp_path: pathlib.Path) -> N
         r"entrypoint and the model directory",
         result[FATAL_KEY],
     ), result[FATAL_KEY]
+
+
+def test_a_nan_inside_a_report_window_names_its_own_batch(tmp_path: pathlib.Path) -> None:
+    hparams = {"global_batch_size": 16, "nan_at_batch": 2}  # the third batch
+    config = toy_config("nan-window", hyperparameters=hparams, scheduling_unit=4)
+    spec = ExperimentSpec.from_config(
+        load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "x"
+    )
+    runner = TrialRunner(
+        spec,
+        {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [8], "trial_seed": 0}},
+        trial_id="t0",
+        logdir=str(tmp_path),
+        model_dir=spec.model_dir,
+    )
+    result = runner.step()
+    assert result["batches"] == 4 and result["done"] is True
+    assert result[TRIAL_ERROR_KEY] == (
+        "training metric 'loss' is nan at batch 3 (reported at batch 4); the trial stops and "
+        "counts as the worst result (lower the learning rate or check the data)"
+    )
 
 
 # -- resume ----------------------------------------------------------------------------------
