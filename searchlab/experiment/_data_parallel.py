@@ -3,14 +3,16 @@
 The Tune trainable holds bundle 0 (driver of the trial); workers sit in bundles 1..N, each with
 its GPU (or CPU), and run the same ``TrialRunner`` with their rank. Rank 0's state is the
 checkpoint (with every rank's RNG streams), and every rank restores it, so pause and resume are
-exact as for one worker. A paused trial left waiting in Tune's actor cache has every worker give
-its memory back (``IdleRelease``), as a one-worker trial does.
+exact as for one worker. A trial paused at a rung and left waiting in Tune's actor cache has
+every worker give its trial's memory back (``IdleRelease``; the process group and NCCL's
+buffers stay, for the next trial), as a one-worker trial does.
 """
 
 from __future__ import annotations
 
 import datetime
 import io
+import logging
 import os
 from typing import Any
 
@@ -28,7 +30,10 @@ from searchlab.pytorch._state import capture_rng_state, restore_rng_state
 
 __all__ = ["DataParallelTrainable", "TrialWorker", "placement_group_factory"]
 
-_RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=5)
+# As torch's process groups wait by default: NCCL's lazy set-up reads rank 0's id from the store.
+_RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=30)
+_RELEASE_TIMEOUT_S = 300.0
+logger = logging.getLogger("searchlab")
 
 
 def placement_group_factory(workers: int, cpus: float, gpus: float) -> tune.PlacementGroupFactory:
@@ -114,11 +119,20 @@ class TrialWorker:
         assert self._runner is not None
         return self._runner.step()
 
-    def park(self) -> None:
-        """Give back this rank's share of an idle paused trial (rebuilt on its next call)."""
-        if self._runner is not None:
-            self._runner.park()
+    def park(self) -> bool:
+        """Give back this rank's share of an idle paused trial (rebuilt on its next call);
+        False when it could not (the trial is left as it was)."""
+        try:
+            if self._runner is not None:
+                self._runner.park()
+        except Exception:
+            logger.warning("releasing rank %d of an idle trial failed", self.rank, exc_info=True)
+            return False
         free_accelerator_memory()
+        return True
+
+    def at_rung_end(self) -> bool:
+        return self._runner is not None and self._runner.at_rung_end
 
     def unpark(self) -> None:
         if self._runner is not None:
@@ -173,7 +187,9 @@ class DataParallelTrainable(tune.Trainable):
         self._build(config)
 
     def _release(self) -> None:
-        ray.get([w.park.remote() for w in self._workers])
+        parked = ray.get([w.park.remote() for w in self._workers], timeout=_RELEASE_TIMEOUT_S)
+        if not all(parked):  # every rank rebuilds at once (DDP's set-up is collective), or none
+            ray.get([w.unpark.remote() for w in self._workers], timeout=_RELEASE_TIMEOUT_S)
 
     def _start_workers(self, n: int) -> list[Any]:
         pg = ray.util.get_current_placement_group()
@@ -215,7 +231,9 @@ class DataParallelTrainable(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():
             self._save(checkpoint_dir)
-        self._idle.arm()
+            pausing = ray.get(self._workers[0].at_rung_end.remote())
+        if pausing:
+            self._idle.arm()
 
     def _save(self, checkpoint_dir: str) -> None:
         ray.get([w.unpark.remote() for w in self._workers])  # every rank's RNG is current
@@ -236,6 +254,10 @@ class DataParallelTrainable(tune.Trainable):
             ref = ray.put(state)
             name = used.name
             ray.get([w.load.remote(ref, name) for w in self._workers])
+
+    def reset(self, *args: Any, **kwargs: Any) -> bool:
+        self._idle.cancel()  # no release of the previous trial while Tune switches trials
+        return bool(super().reset(*args, **kwargs))
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         with self._idle.busy():

@@ -6,11 +6,12 @@ keep the paused trial's model, optimizer, loader workers and the allocator's cac
 the GPU until its next trial arrives, which, at the end of an ASHA search, can be never.
 
 ``IdleRelease`` runs a release function once an actor has been idle for ``after_s`` seconds
-after a checkpoint was saved. Tune's actor calls are the work: each one runs inside
-``busy()``, which cancels a pending release and waits for one in progress. A trial that goes
-on right after its checkpoint (a promotion, a ``should_checkpoint`` report) never idles that
-long, and a cached actor given its next trial replaces the trial anyway; the release only
-happens to trials that sit paused.
+after the checkpoint of a trial at a rung end (where searches pause trials; the trainables
+arm it only there). Tune's actor calls are the work: each one runs inside ``busy()``, which
+cancels a pending release and waits for one in progress. A trial promoted at once goes on
+within a driver round trip, and a cached actor given its next trial replaces the trial anyway,
+so the release happens to trials that sit paused; should one be released and go on after all,
+it is rebuilt from the kept state and trains on exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -40,9 +42,11 @@ def idle_after_s() -> float | None:
     try:
         value = float(text)
     except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
         raise ValueError(
             f"{ENV_VAR}={text!r} is not a number of seconds; set it to e.g. 1.0, or to 'off'"
-        ) from None
+        )
     return max(value, 0.0)
 
 

@@ -56,7 +56,8 @@ class SearchlabTrainable(tune.Trainable):
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
                 write_checkpoint_files(checkpoint_dir, *saved)
                 self._runner.checkpoint_written(checkpoint_dir)
-        self._idle.arm()
+        if self._runner is not None and self._runner.at_rung_end:
+            self._idle.arm()  # a pause at a rung: nothing may call the actor for a long time
         return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:
@@ -66,6 +67,12 @@ class SearchlabTrainable(tune.Trainable):
                 return
             state, used = load_with_fallback(str(checkpoint))
             self._runner.load(state, checkpoint_uuid=used.name)
+
+    def reset(self, *args: Any, **kwargs: Any) -> bool:
+        # Tune switches the actor's trial id, directory and log files before reset_config:
+        # no release of the previous trial may run while it does.
+        self._idle.cancel()
+        return bool(super().reset(*args, **kwargs))
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         with self._idle.busy():

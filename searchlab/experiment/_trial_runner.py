@@ -84,6 +84,7 @@ class TrialRunner:
         self._build_args = (config[HPARAMS_KEY], info, trial_id, logdir, model_dir, distributed)
         self._parked: tuple[bytes, str | None] | None = None
         self._saved_state: dict[str, Any] | None = None  # the last state(), until training
+        self._last_rung_end = False
         self._checkpoint_uuid: str | None = None
         self.loop: TrialLoop | None = None
         try:
@@ -154,6 +155,11 @@ class TrialRunner:
         """True while the trial is released (``park``) and not yet rebuilt."""
         return self._parked is not None
 
+    @property
+    def at_rung_end(self) -> bool:
+        """The last result ended a rung short of the last one: where a search pauses trials."""
+        return self._last_rung_end
+
     def park(self) -> None:
         """Give back everything the trial holds (GPU memory, loader workers), keeping its state.
 
@@ -178,17 +184,19 @@ class TrialRunner:
         if self._parked is None:
             return
         blob, checkpoint_uuid = self._parked
-        self.loop = self._make_loop(*self._build_args)
-        self._parked = None
-        state = torch.load(io.BytesIO(blob), weights_only=False)
-        self.loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
-        self._events = None
+        # On the host first, as a checkpoint loads: the new trial's own tensors are on the
+        # GPU already, and the state must not need a second copy there.
+        state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        loop = self._make_loop(*self._build_args)
+        loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
+        self.loop, self._parked, self._events = loop, None, None  # kept until it worked
 
     def step(self) -> dict[str, Any]:
         """Train to the next report and return it as a Tune result."""
         self.unpark()
         self._saved_state = None
         result = self._step()
+        self._last_rung_end = RUNG_KEY in result and not result.get("done")
         if self._warnings:
             result[WARNING_KEY] = "; ".join(self._warnings)
             self._warnings = []

@@ -148,9 +148,11 @@ class TrialLoop:
         if self.validation_pending():
             # Saved between a window's training report and its validation (a pause can come
             # at any report): validate first, as the uninterrupted run did at this batch.
-            at_end = self.batches_trained >= self.target
+            b = self.batches_trained
+            at_end = b >= self.target
             report = self._validation_report(checkpoint=False, done=at_end)
-            report.checkpoint = report.checkpoint or at_end
+            periodic_ckpt = bool(checkpoint_every) and b % checkpoint_every == 0
+            report.checkpoint = report.checkpoint or at_end or periodic_ckpt
             yield report
         while self.batches_trained < self.target:
             self._train_batch()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pathlib
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
@@ -92,14 +93,16 @@ def test_the_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
 # -- TrialRunner.park ------------------------------------------------------------------------
 
 
-def _runner(tmp_path: pathlib.Path, name: str) -> TrialRunner:
+def _runner(tmp_path: pathlib.Path, name: str, **fields: Any) -> TrialRunner:
     hparams = {
         "global_batch_size": 16,
         "dropout": 0.3,
         "n_train": 64,
         "optimizer": {"lr": 0.1, "momentum": 0.9},
     }
-    config = toy_config("park", hyperparameters=hparams, searcher={"max_length": {"batches": 12}})
+    config = toy_config(
+        "park", hyperparameters=hparams, searcher={"max_length": {"batches": 12}}, **fields
+    )
     spec = ExperimentSpec.from_config(
         load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "park"
     )
@@ -138,6 +141,21 @@ def test_a_parked_trial_trains_on_exactly_as_one_never_parked(tmp_path: pathlib.
         assert torch.equal(a, b)
 
 
+def test_a_validation_run_after_a_release_keeps_its_periodic_checkpoint(
+    tmp_path: pathlib.Path,
+) -> None:
+    periods = {
+        "min_validation_period": {"batches": 4},
+        "min_checkpoint_period": {"batches": 4},
+        "checkpoint_policy": "none",
+    }
+    expected = _train(_runner(tmp_path, "whole", **periods), park_every_report=False)
+    got = _train(_runner(tmp_path, "parked", **periods), park_every_report=True)
+    validation_4 = [r for r in got if r["group"] == "validation" and r["batches"] == 4]
+    assert validation_4 and validation_4[0].get("should_checkpoint") is True
+    assert got == expected
+
+
 def test_loading_a_checkpoint_into_a_parked_trial_replaces_the_kept_state(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -158,39 +176,90 @@ def test_loading_a_checkpoint_into_a_parked_trial_replaces_the_kept_state(
 # -- in a search -----------------------------------------------------------------------------
 
 
-def _search(tmp_path: pathlib.Path, name: str) -> tuple[searchlab.Results, int]:
-    record = tmp_path / f"{name}-builds"
+def _search(tmp_path: pathlib.Path, name: str) -> tuple[searchlab.Results, list[str]]:
+    """Two trials one at a time (seed 3 samples lr 0 first): the first cannot learn, so the
+    second is promoted at its first rung end at once and goes on after its rung checkpoint."""
+    hooks = tmp_path / f"{name}-hooks.log"
     config = toy_config(
         name,
         hyperparameters={
             "dropout": 0.3,
-            "optimizer": {"lr": 0.1, "momentum": 0.9},
-            "record_dir": str(record),
+            "optimizer": {"lr": {"type": "categorical", "vals": [0.5, 0.0]}, "momentum": 0.9},
+            "hook_log": str(hooks),
         },
-        searcher={"max_length": {"batches": 12}},
+        searcher={
+            "name": "adaptive_asha",
+            "max_trials": 2,
+            "max_length": {"batches": 8},
+            "divisor": 2,
+            "max_rungs": 2,
+            "mode": "aggressive",
+            "max_concurrent_trials": 1,
+        },
         scheduling_unit=2,
-        min_checkpoint_period={"batches": 4},  # checkpoints while the trial goes on
         checkpoint_policy="all",
+        reproducibility={"experiment_seed": 3},
     )
     results = searchlab.run(
         config, model_dir=TOY_MODEL_DIR, storage_path=tmp_path / name, echo=lambda _: None
     )
-    return results, len(list(record.glob("*.json")))
+    return results, hooks.read_text().splitlines()
+
+
+def _by_trial(results: searchlab.Results) -> list[list[tuple[Any, ...]]]:
+    """Each trial's reports in trial order, without the (random) trial ids."""
+    columns = ["group", "batches", "loss", "validation_loss"]
+    metrics = results.metrics.fillna(-1.0)
+    return [
+        [tuple(row) for row in metrics[metrics["trial_id"] == trial][columns].to_numpy()]
+        for trial in results.trials.sort_values("optimizer.lr")["trial_id"]
+    ]
 
 
 @pytest.mark.ray
-def test_releasing_after_every_checkpoint_changes_nothing_in_the_results(
+def test_a_trial_released_at_its_rung_and_promoted_at_once_trains_on_exactly(
     ray_session: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV_VAR, "off")
-    kept, kept_builds = _search(tmp_path, "kept")
-    monkeypatch.setenv(ENV_VAR, "0")
-    released, released_builds = _search(tmp_path, "released")
+    kept, kept_hooks = _search(tmp_path, "kept")
+    monkeypatch.setenv(ENV_VAR, "0")  # release right after every rung-end checkpoint
+    released, hooks = _search(tmp_path, "released")
 
-    assert kept_builds == 1
-    assert released_builds > 2  # rebuilt from the kept state after checkpoints
-    columns = ["group", "batches", "loss", "validation_loss"]
-    a = kept.metrics[columns].reset_index(drop=True)
-    b = released.metrics[columns].reset_index(drop=True)
-    assert len(a) > 6
-    assert a.equals(b)
+    promoted = released.trials.set_index("optimizer.lr").loc[0.5, "trial_id"]
+    assert released.trials.set_index("optimizer.lr")["batches"].to_dict() == {0.0: 4, 0.5: 8}
+    # Kept: the promoted trial never reloads. Released: it gave its memory back at its rung
+    # checkpoint and was rebuilt from the kept state when Tune let it go on.
+    assert not [h for h in kept_hooks if "on_checkpoint_load_start" in h]
+    assert f"{promoted} on_trial_shutdown 3" in hooks  # after batch index 3
+    assert f"{promoted} on_checkpoint_load_start 4" in hooks
+    assert _by_trial(released) == _by_trial(kept)
+    assert len(_by_trial(kept)[1]) == 6  # training 2, 4, validation 4, training 6, 8, val. 8
+
+
+@pytest.mark.ray
+def test_a_rank_that_cannot_release_makes_every_rank_keep_its_trial(ray_session: Any) -> None:
+    """DDP rebuilds collectively: ranks must be parked all together or not at all."""
+    from searchlab.experiment._data_parallel import DataParallelTrainable
+
+    @ray_session.remote(num_cpus=0)
+    class Rank:
+        def __init__(self, can_park: bool) -> None:
+            self.can_park, self.parked = can_park, False
+
+        def park(self) -> bool:
+            self.parked = self.can_park
+            return self.can_park
+
+        def unpark(self) -> None:
+            self.parked = False
+
+        def is_parked(self) -> bool:
+            return self.parked
+
+    ranks = [Rank.remote(True), Rank.remote(False), Rank.remote(True)]
+    DataParallelTrainable._release(types.SimpleNamespace(_workers=ranks))  # type: ignore[arg-type]
+    assert ray_session.get([r.is_parked.remote() for r in ranks]) == [False, False, False]
+
+    ranks = [Rank.remote(True), Rank.remote(True)]
+    DataParallelTrainable._release(types.SimpleNamespace(_workers=ranks))  # type: ignore[arg-type]
+    assert ray_session.get([r.is_parked.remote() for r in ranks]) == [True, True]
