@@ -24,6 +24,8 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
+from searchlab.errors import ConfigError
+
 __all__ = ["DEFAULT_AFTER_S", "ENV_VAR", "IdleRelease", "free_accelerator_memory", "idle_after_s"]
 
 logger = logging.getLogger("searchlab")
@@ -44,8 +46,9 @@ def idle_after_s() -> float | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise ValueError(
-            f"{ENV_VAR}={text!r} is not a number of seconds; set it to e.g. 1.0, or to 'off'"
+        raise ConfigError(
+            f"environment variable {ENV_VAR}={text!r} is not a number of seconds; set it to "
+            "e.g. 1.0, or to 'off'"
         )
     return max(value, 0.0)
 

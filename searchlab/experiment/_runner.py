@@ -11,6 +11,7 @@ from typing import Any
 
 from searchlab.config import ExperimentConfig, load_experiment_config
 from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
+from searchlab.experiment._idle import idle_after_s
 from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._spec import ExperimentSpec
 
@@ -50,6 +51,7 @@ def run(
         model_dir=str(model_dir) if model_dir is not None else None,
     )
     _check_entrypoint(cfg)
+    idle_after_s()  # a bad SEARCHLAB_RELEASE_IDLE_AFTER_S fails before anything is written
     exp_dir = _experiment_dir(storage_path, name or cfg.name, echo)
     spec = ExperimentSpec.from_config(cfg, exp_dir.name)
     _write_experiment_file(exp_dir, cfg, spec)

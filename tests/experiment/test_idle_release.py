@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
 import searchlab
 from searchlab.config import load_experiment_config
+from searchlab.errors import ConfigError
 from searchlab.experiment._idle import ENV_VAR, IdleRelease, idle_after_s
 from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
 from searchlab.experiment._trial_runner import TrialRunner
@@ -86,8 +88,26 @@ def test_the_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(ENV_VAR, "off")
     assert idle_after_s() is None
     monkeypatch.setenv(ENV_VAR, "soon")
-    with pytest.raises(ValueError, match=rf"{ENV_VAR}='soon' is not a number of seconds"):
+    with pytest.raises(ConfigError, match=rf"{ENV_VAR}='soon' is not a number of seconds"):
         idle_after_s()
+
+
+def test_a_bad_delay_is_a_one_line_error_with_exit_code_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    from searchlab.cli import main
+
+    monkeypatch.setenv(ENV_VAR, "nan")
+    config = tmp_path / "x.yaml"
+    config.write_text(yaml.safe_dump(toy_config("x")))
+    code = main(["run", str(config), str(TOY_MODEL_DIR), "--storage-path", str(tmp_path / "runs")])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"searchlab: error: environment variable {ENV_VAR}='nan' is not a number of seconds; "
+        "set it to e.g. 1.0, or to 'off'"
+    ]
+    assert not (tmp_path / "runs").exists()  # nothing started
 
 
 # -- TrialRunner.park ------------------------------------------------------------------------
