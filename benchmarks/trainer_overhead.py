@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/trainer_overhead.py [--rounds 41] [--batches 32] [--threads N]
 
 Both sides train the same model (same initial weights, SGD with momentum, cross-entropy) on the
-same random CPU data in the same order (searchlab's ``ReproducibleShuffleSampler``), in this
+same random CPU data in the same order (searchlab's ``EpochShuffleSampler``), in this
 process, in alternating rounds of ``--batches`` batches. The Trainer runs one ``fit`` with its
 defaults (TensorBoard logging on) and ``scheduling_unit`` set to the round length; at each
 training report a callback ends the trainer's round and runs the hand-written round right away,
@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from searchlab import pytorch
-from searchlab.pytorch.samplers import ReproducibleShuffleSampler
+from searchlab.pytorch.samplers import EpochShuffleSampler
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "trainer_overhead.json"
 SEED = 0
@@ -126,7 +126,7 @@ class HandLoop:
         self.model = make_model(hp["features"], hp["width"])
         self.opt = make_optimizer(self.model)
         data = make_data(hp["n_train"], hp["features"], seed=1)
-        self.sampler = ReproducibleShuffleSampler(data, seed=SEED)
+        self.sampler = EpochShuffleSampler(data, seed=SEED)
         self.loader = torch.utils.data.DataLoader(
             data, batch_size=hp["global_batch_size"], sampler=self.sampler
         )

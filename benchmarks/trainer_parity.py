@@ -51,7 +51,7 @@ from model_def import HPARAM_DEFAULTS, CifarResNetTrial, make_model, make_optimi
 from torch import nn
 
 from searchlab import pytorch
-from searchlab.pytorch.samplers import ReproducibleShuffleSampler
+from searchlab.pytorch.samplers import EpochShuffleSampler
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "trainer_parity.json"
 SEED = 0
@@ -74,7 +74,7 @@ class HandLoop:
         self.opt = make_optimizer(self.model, hp)
         self.amp = bool(hp["amp"])
         data = CifarTensors.load(root, train=True, length=epoch_images)
-        self.sampler = ReproducibleShuffleSampler(data, seed=SEED)
+        self.sampler = EpochShuffleSampler(data, seed=SEED)
         self.loader = torch.utils.data.DataLoader(
             data,
             batch_size=int(hp["global_batch_size"]),

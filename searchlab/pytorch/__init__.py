@@ -14,23 +14,29 @@ from searchlab.pytorch import samplers
 from searchlab.pytorch._callback import PyTorchCallback
 from searchlab.pytorch._checkpoint import load_checkpoint
 from searchlab.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext
-from searchlab.pytorch._data import DataLoader, TorchData, to_device
+from searchlab.pytorch._data import (
+    DataLoader,
+    TorchData,
+    adapt_batch_sampler,
+    data_length,
+    to_device,
+)
 from searchlab.pytorch._distributed import DistributedContext
-from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
-from searchlab.pytorch._lr_scheduler import LRScheduler
-from searchlab.pytorch._reducer import MetricReducer, Reducer
-from searchlab.pytorch._trainer import (
-    MetricsReporter,
-    Trainer,
-    init,
+from searchlab.pytorch._load import (
+    CheckpointLoadContext,
     load_trial_class,
     load_trial_from_checkpoint_path,
 )
+from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
+from searchlab.pytorch._lr_scheduler import LRScheduler
+from searchlab.pytorch._reducer import MetricReducer, Reducer, SimpleReducer
+from searchlab.pytorch._trainer import MetricsReporter, Trainer, init
 from searchlab.pytorch._trial import PyTorchTrial
 from searchlab.pytorch._units import Batch, Epoch, Record, TrainUnit
 
 __all__ = [
     "Batch",
+    "CheckpointLoadContext",
     "DataLoader",
     "DistributedContext",
     "Epoch",
@@ -45,10 +51,13 @@ __all__ = [
     "Record",
     "Reducer",
     "Report",
+    "SimpleReducer",
     "TorchData",
     "TrainUnit",
     "Trainer",
     "TrialLoop",
+    "adapt_batch_sampler",
+    "data_length",
     "init",
     "load_checkpoint",
     "load_trial_class",

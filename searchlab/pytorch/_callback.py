@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 from typing import Any
 
-__all__ = ["PyTorchCallback"]
+__all__ = ["PyTorchCallback", "overrides", "takes_epoch_idx"]
+
+logger = logging.getLogger("searchlab")
 
 
 class PyTorchCallback:
@@ -32,7 +36,11 @@ class PyTorchCallback:
         """Before the first training batch of this run (also after a resume)."""
 
     def on_training_epoch_start(self, epoch_idx: int) -> None:
-        """Before the first batch of each training epoch."""
+        """Before the first batch of each training epoch.
+
+        The form without ``epoch_idx`` that Determined had before 0.17.8 is still called
+        (with a deprecation warning).
+        """
 
     def on_training_epoch_end(self, epoch_idx: int) -> None:
         """After the last batch of each training epoch."""
@@ -40,7 +48,15 @@ class PyTorchCallback:
     def on_training_workload_end(
         self, avg_metrics: dict[str, Any], batch_metrics: list[dict[str, Any]]
     ) -> None:
-        """After each training-metrics report (every ``scheduling_unit`` batches)."""
+        """At the end of each training workload, as in Determined.
+
+        A workload ends every ``scheduling_unit`` batches (with the training report), where
+        training ends, and before every validation and checkpoint. ``batch_metrics`` are the
+        per-batch metrics of the workload's batches (tensors as Python numbers or lists), each
+        batch in exactly one call; ``avg_metrics`` are their averages (the training report's
+        metrics, custom reducers included, when the workload covers the whole report window).
+        Runs on every worker.
+        """
 
     def on_validation_start(self) -> None:
         """Before each validation."""
@@ -78,3 +94,23 @@ class PyTorchCallback:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+
+def overrides(callback: PyTorchCallback, hook: str) -> bool:
+    return getattr(type(callback), hook, None) is not getattr(PyTorchCallback, hook)
+
+
+def takes_epoch_idx(callback: PyTorchCallback) -> bool:
+    """Whether ``on_training_epoch_start`` takes ``epoch_idx`` (Determined >= 0.17.8)."""
+    try:
+        params = inspect.signature(callback.on_training_epoch_start).parameters
+    except (TypeError, ValueError):
+        return True
+    if params:
+        return True
+    logger.warning(
+        "%s.on_training_epoch_start() without the epoch_idx parameter is deprecated, as in "
+        "Determined; add it: on_training_epoch_start(self, epoch_idx)",
+        type(callback).__name__,
+    )
+    return False

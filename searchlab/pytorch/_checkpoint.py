@@ -1,5 +1,10 @@
 """Checkpoint directories: ``state-dict.pth`` plus ``metadata.json``, written atomically.
 
+Loading is weights-only by default: ``torch.load(weights_only=True)`` with an allow-list of what
+searchlab's and Determined's checkpoints hold (tensors, plain containers, numpy's and Python's RNG
+states), so a planted pickle in ``state-dict.pth`` cannot run code; ``trusted=True`` uses the full
+unpickler for files whose origin the user vouches for.
+
 Format versions:
   1. Determined's layout: ``state_dict.pth`` (underscore; older releases put it under
      ``determined/``), ``metadata.json`` with ``steps_completed`` and ``load_data.json`` with
@@ -13,16 +18,20 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import pickle
+import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from searchlab.errors import CheckpointError
 
 __all__ = [
+    "CODE_DIR",
     "FORMAT_VERSION",
     "METADATA_FILE",
     "STATE_FILE",
@@ -36,6 +45,7 @@ STATE_FILE = "state-dict.pth"
 DETERMINED_STATE_FILE = "state_dict.pth"
 METADATA_FILE = "metadata.json"
 DETERMINED_LOAD_DATA = "load_data.json"
+CODE_DIR = "code"  # Determined's copy of the model code inside a checkpoint
 _STATE_PATHS = (STATE_FILE, DETERMINED_STATE_FILE, f"determined/{DETERMINED_STATE_FILE}")
 # Determined's single-object keys of its oldest checkpoints, and their list-valued successors.
 _LEGACY_KEYS = {
@@ -82,11 +92,25 @@ def save_checkpoint_dir(
     return final
 
 
-def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_checkpoint(
+    directory: str | os.PathLike[str],
+    *,
+    trusted: bool = False,
+    torch_load_kwargs: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The state dict and metadata of a checkpoint directory (either format version).
 
+    Args:
+        directory: the checkpoint directory.
+        trusted: load with the full unpickler, which runs whatever code the file names; only
+            for files whose origin you trust. By default only tensors, plain containers and
+            RNG states are accepted.
+        torch_load_kwargs: passed to ``torch.load`` (e.g. ``{"map_location": "cuda:0"}``);
+            ``map_location`` defaults to ``"cpu"``.
+
     Raises:
-        CheckpointError: no state file, or one that cannot be read (truncated, corrupt).
+        CheckpointError: no state file, one that cannot be read (truncated, corrupt), or one
+            holding objects that weights-only loading refuses (without ``trusted``).
     """
     directory = pathlib.Path(directory)
     metadata = _read_json(directory / METADATA_FILE)
@@ -99,15 +123,7 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], 
             f"{directory}: not a checkpoint: it holds neither {STATE_FILE} nor "
             f"{DETERMINED_STATE_FILE}; pass the directory that contains one"
         )
-    try:
-        # weights_only=False: checkpoints hold numpy and Python RNG states; they are the
-        # user's own files, written by searchlab or Determined.
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # any unpickling failure means a bad file
-        raise CheckpointError(
-            f"{path}: cannot be read ({type(exc).__name__}: {exc}); the file is truncated or "
-            "corrupt, resume from an earlier checkpoint"
-        ) from exc
+    state = _torch_load(path, trusted=trusted, torch_load_kwargs=torch_load_kwargs)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: holds {type(state).__name__}, not a trial's state dict")
     if "batches_trained" not in state:
@@ -115,6 +131,98 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], 
     if "models_state_dict" not in state:
         raise CheckpointError(f"{path}: has no `models_state_dict`; it was not written by a trial")
     return state, metadata
+
+
+def _weights_only_globals() -> list[Callable[..., Any] | tuple[Callable[..., Any], str]]:
+    """What weights-only loading accepts beyond torch's defaults: numpy RNG states and numbers.
+
+    ``np.random.get_state()`` holds a uint32 ``ndarray`` (rebuilt by ``_reconstruct``, ``ndarray``
+    and ``dtype``); callbacks' states may hold numpy scalars. numpy 1.x wrote the same functions
+    under ``numpy.core``, numpy 2 under ``numpy._core``. None of these can call arbitrary code:
+    an object array's items go through the same allow-list.
+    """
+    multiarray = np._core.multiarray  # type: ignore[attr-defined]
+    allowed: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
+        np.ndarray,
+        np.dtype,
+        multiarray._reconstruct,
+        multiarray.scalar,
+        (multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+        (multiarray.scalar, "numpy.core.multiarray.scalar"),
+    ]
+    # numpy >= 1.25 may pickle a dtype through its class (``numpy.dtypes.UInt32DType``).
+    for code in ("?", "b", "h", "i", "l", "q", "B", "H", "I", "L", "Q", "e", "f", "d"):
+        cls = type(np.dtype(code))
+        if cls not in allowed:
+            allowed.append(cls)
+    return allowed
+
+
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def _torch_load(
+    path: pathlib.Path, *, trusted: bool, torch_load_kwargs: dict[str, Any] | None
+) -> Any:
+    kwargs: dict[str, Any] = {"map_location": "cpu", **(torch_load_kwargs or {})}
+    if trusted:
+        kwargs["weights_only"] = False
+        return _read(path, kwargs)
+    if kwargs.pop("weights_only", True) is False:
+        raise CheckpointError(
+            f"{path}: torch_load_kwargs asks for weights_only=False; pass trusted=True instead, "
+            "and only if you trust where this file came from"
+        )
+    # Added for this load only (and not removed if the user had added them already).
+    present = set(map(_global_key, torch.serialization.get_safe_globals()))
+    extra = [g for g in _weights_only_globals() if _global_key(g) not in present]
+    with torch.serialization.safe_globals(extra):
+        try:
+            return torch.load(path, weights_only=True, **kwargs)
+        except pickle.UnpicklingError as exc:
+            refused = _refused_global(path, exc)
+            if refused is None:
+                raise _corrupt(path, exc) from exc
+            raise CheckpointError(
+                f"{path}: weights-only loading refused `{refused}` (this checkpoint holds "
+                "objects beyond tensors, containers and RNG states); pass trusted=True only "
+                "if you trust where this file came from"
+            ) from None
+        except Exception as exc:  # any other failure to unpickle means a bad file
+            raise _corrupt(path, exc) from exc
+
+
+def _read(path: pathlib.Path, kwargs: dict[str, Any]) -> Any:
+    try:
+        return torch.load(path, **kwargs)
+    except Exception as exc:  # any unpickling failure means a bad file
+        raise _corrupt(path, exc) from exc
+
+
+def _corrupt(path: pathlib.Path, exc: BaseException) -> CheckpointError:
+    detail = " ".join(str(exc).split())[:300]
+    return CheckpointError(
+        f"{path}: cannot be read ({type(exc).__name__}: {detail}); the file is truncated or "
+        "corrupt, resume from an earlier checkpoint"
+    )
+
+
+def _global_key(item: Any) -> str:
+    if isinstance(item, tuple):
+        return str(item[1])
+    return f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', item)}"
+
+
+def _refused_global(path: pathlib.Path, exc: BaseException) -> str | None:
+    """The name of the class or function weights-only loading refused, or None (a bad file)."""
+    match = _REFUSED_GLOBAL.search(str(exc)) if "Weights only load failed" in str(exc) else None
+    if match:  # torch names the first global it refused
+        return match.group(1)
+    try:  # else look for any global beyond the allow-list in the file
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a zip checkpoint, or a damaged one
+        return None
+    return str(sorted(unsafe)[0]) if unsafe else None
 
 
 def _upgrade_determined(

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import pathlib
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -14,36 +15,16 @@ from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._amp import AmpState
 from searchlab.pytorch._callback import PyTorchCallback
 from searchlab.pytorch._data import to_device
-from searchlab.pytorch._distributed import DistributedContext
+from searchlab.pytorch._distributed import DistributedContext, wrap_data_parallel
+from searchlab.pytorch._errors import TrialTypeError, TrialValueError
+from searchlab.pytorch._experimental import PyTorchExperimentalContext
 from searchlab.pytorch._lr_scheduler import LRScheduler
-from searchlab.pytorch._reducer import MetricReducer
+from searchlab.pytorch._reducer import MetricReducer, SimpleReducer
+from searchlab.tensorboard import _paths as tensorboard_paths
 
 __all__ = ["PyTorchExperimentalContext", "PyTorchTrialContext"]
 
 logger = logging.getLogger("searchlab")
-
-
-class PyTorchExperimentalContext:
-    """Opt-ins that Determined kept under ``context.experimental``."""
-
-    def __init__(self, parent: PyTorchTrialContext) -> None:
-        self._parent = parent
-
-    def use_amp(self) -> None:
-        """Automatic mixed precision: autocast around ``train_batch``/``evaluate_batch``.
-
-        bf16 where the device supports it, else fp16 with a gradient scaler; call before
-        ``wrap_model``/``wrap_optimizer``.
-        """
-        self._parent._amp.enable_auto(self._parent.device)
-
-    def disable_dataset_reproducibility_checks(self) -> None:
-        """Allow plain torch ``DataLoader``s (resume then restarts the interrupted epoch order)."""
-        self._parent._allow_torch_loaders = True
-
-    def disable_auto_to_device(self) -> None:
-        """Hand batches to ``train_batch`` as the loader yields them (no move to the device)."""
-        self._parent._auto_to_device = False
 
 
 class PyTorchTrialContext:
@@ -70,6 +51,7 @@ class PyTorchTrialContext:
         experiment_id: str = "local",
         aggregation_frequency: int = 1,
         tensorboard_path: str | pathlib.Path | None = None,
+        enable_tensorboard_logging: bool = False,
     ) -> None:
         self._hparams = dict(hparams)
         self._exp_conf = dict(exp_conf or {})
@@ -81,10 +63,14 @@ class PyTorchTrialContext:
         self._trial_id = trial_id
         self._experiment_id = experiment_id
         if aggregation_frequency < 1:
-            raise ValueError(f"aggregation_frequency is {aggregation_frequency}, but must be >= 1")
+            raise TrialValueError(
+                f"aggregation_frequency is {aggregation_frequency}, but must be >= 1"
+            )
         self._aggregation_frequency = aggregation_frequency
         self._tensorboard_path = pathlib.Path(tensorboard_path or "tensorboard")
         self._tensorboard_writer: Any = None
+        self._enable_tensorboard_logging = bool(enable_tensorboard_logging)
+        tensorboard_paths.set_base_path(self._tensorboard_path)  # for TorchWriter()
         self.experimental = PyTorchExperimentalContext(self)
         self._amp = AmpState()
         self._allow_torch_loaders = False
@@ -102,6 +88,7 @@ class PyTorchTrialContext:
         self._current_epoch = 0
         self._epoch_len: int | None = None
         self._stepped_this_batch = False
+        self._training_started = False  # set by the training loop; wrapping must come before
 
     # -- hyperparameters and config ---------------------------------------------------
     def get_hparams(self) -> dict[str, Any]:
@@ -110,7 +97,7 @@ class PyTorchTrialContext:
     def get_hparam(self, name: str) -> Any:
         """One hyperparameter; a nested group comes back as a dict."""
         if name not in self._hparams:
-            raise ValueError(
+            raise TrialValueError(
                 f"hyperparameter {name!r} is not defined; defined ones are "
                 f"{sorted(self._hparams)}. Add it to the config's `hyperparameters` section"
             )
@@ -118,7 +105,7 @@ class PyTorchTrialContext:
 
     def get_global_batch_size(self) -> int:
         if "global_batch_size" not in self._hparams:
-            raise ValueError(
+            raise TrialValueError(
                 "get_global_batch_size() needs the hyperparameter `global_batch_size`; "
                 "add it to the config's `hyperparameters` section"
             )
@@ -128,7 +115,10 @@ class PyTorchTrialContext:
         gbs = self.get_global_batch_size()
         size = self.distributed.size
         if gbs < size:
-            raise ValueError(f"global_batch_size is {gbs}, but must be >= slots_per_trial ({size})")
+            raise TrialValueError(
+                f"global_batch_size is {gbs}, but must be >= slots_per_trial ({size}); raise "
+                "global_batch_size or lower slots_per_trial"
+            )
         if gbs % size:
             warnings.warn(
                 f"global_batch_size {gbs} is not divisible by slots_per_trial {size}; "
@@ -178,25 +168,35 @@ class PyTorchTrialContext:
         return self._epoch_len is not None and (self._current_batch + 1) % self._epoch_len == 0
 
     # -- wrapping --------------------------------------------------------------------
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Move ``model`` to the trial's device (and into DDP when distributed)."""
-        model = model.to(self.device)
-        self.models.append(model)
-        if self.distributed.size > 1:
-            from torch.nn.parallel import DistributedDataParallel
+    def _check_not_training(self, call: str) -> None:
+        if self._training_started:
+            raise TrialDefinitionError(
+                f"{call} was called after training started; wrap every model, optimizer, "
+                "scheduler and scaler in the trial's __init__"
+            )
 
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            ddp = DistributedDataParallel(model, device_ids=ids)
-            self.models[-1] = ddp
-            return ddp
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Move ``model`` to the trial's device (and into DDP when distributed).
+
+        The DDP wrapper forwards attribute access to your module, as Determined's does, so
+        ``self.model.my_attr`` and ``self.model.my_method()`` work on every slot count.
+        """
+        self._check_not_training("wrap_model()")
+        if not isinstance(model, torch.nn.Module):
+            raise TrialTypeError(f"wrap_model() got {type(model).__name__}; pass a torch.nn.Module")
+        model = model.to(self.device)
+        if self.distributed.size > 1:
+            model = wrap_data_parallel(model, self.device)
+        self.models.append(model)
         return model
 
     def wrap_optimizer(
         self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int = 1
     ) -> torch.optim.Optimizer:
         """Register ``optimizer``; it steps every ``backward_passes_per_step`` batches."""
+        self._check_not_training("wrap_optimizer()")
         if backward_passes_per_step < 1:
-            raise ValueError(
+            raise TrialValueError(
                 f"backward_passes_per_step is {backward_passes_per_step}, but must be >= 1"
             )
         if not self.models:
@@ -214,25 +214,55 @@ class PyTorchTrialContext:
         step_mode: LRScheduler.StepMode,
         frequency: int = 1,
     ) -> LRScheduler:
+        self._check_not_training("wrap_lr_scheduler()")
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
+        if isinstance(lr_scheduler, plateau) and step_mode != LRScheduler.StepMode.MANUAL_STEP:
+            raise TrialValueError(
+                f"wrap_lr_scheduler() got a ReduceLROnPlateau with step_mode={step_mode}; it "
+                "needs a metric to step, so use step_mode=MANUAL_STEP and call "
+                "scheduler.step(metrics[...]) yourself, e.g. in a callback's on_validation_end"
+            )
+        opt = getattr(lr_scheduler, "optimizer", None)
+        if opt is not None and not any(opt is o for o in self.optimizers):
+            raise TrialDefinitionError(
+                "wrap_lr_scheduler() got a scheduler whose optimizer was not wrapped; build "
+                "it on the optimizer returned by context.wrap_optimizer()"
+            )
         wrapped = LRScheduler(lr_scheduler, step_mode, frequency)
         self.lr_schedulers.append(wrapped)
         return wrapped
 
     def wrap_scaler(self, scaler: Any) -> Any:
         """Register a ``GradScaler`` you use yourself; searchlab saves and restores it."""
+        self._check_not_training("wrap_scaler()")
         self._amp.add_manual_scaler(scaler)
         return scaler
 
     def wrap_reducer(
         self,
-        reducer: MetricReducer,
+        reducer: MetricReducer | Callable[[list[Any]], Any],
         name: str | None = None,
         for_training: bool = True,
         for_validation: bool = True,
     ) -> MetricReducer:
-        """Report ``reducer``'s value as metric ``name`` (or its dict keys when ``name`` is None)."""
+        """Report a custom reducer's value as metric ``name`` (or its dict keys if ``name`` is None).
+
+        ``reducer`` is a :class:`MetricReducer`, or a function that gets the list of every
+        value passed to ``update()`` in the window (on every worker) and returns the metric;
+        for a function, the returned :class:`SimpleReducer` has that ``update(value)``.
+        """
+        if any(r is reducer for r, _, _, _ in self._reducers):
+            raise TrialDefinitionError(
+                f"wrap_reducer() got the same {type(reducer).__name__} twice; wrap each "
+                "reducer once"
+            )
         if not isinstance(reducer, MetricReducer):
-            raise TypeError(f"wrap_reducer() needs a MetricReducer, got {type(reducer).__name__}")
+            if not callable(reducer):
+                raise TrialTypeError(
+                    f"wrap_reducer() got {type(reducer).__name__}; pass a function of the list "
+                    "of values, or a searchlab.pytorch.MetricReducer"
+                )
+            reducer = SimpleReducer(reducer)
         reducer.reset()
         self._reducers.append((reducer, name, for_training, for_validation))
         return reducer
@@ -326,13 +356,29 @@ class PyTorchTrialContext:
         return self._tensorboard_path
 
     def get_tensorboard_writer(self) -> Any:
-        """A ``SummaryWriter`` writing into ``get_tensorboard_path()`` (tensorboardX)."""
+        """A ``SummaryWriter`` writing into ``get_tensorboard_path()``.
+
+        torch's ``torch.utils.tensorboard`` writer as in Determined, or tensorboardX's (same
+        methods) where the ``tensorboard`` package is not installed.
+        """
         if self._tensorboard_writer is None:
-            from tensorboardX import SummaryWriter
+            from searchlab.tensorboard import summary_writer
 
             self._tensorboard_path.mkdir(parents=True, exist_ok=True)
-            self._tensorboard_writer = SummaryWriter(str(self._tensorboard_path))
+            self._tensorboard_writer = summary_writer(self._tensorboard_path)
         return self._tensorboard_writer
+
+    def set_enable_tensorboard_logging(self, enable_tensorboard_logging: bool) -> None:
+        """Whether the trainer writes the reported metrics to TensorBoard (``Determined/...``)."""
+        if not isinstance(enable_tensorboard_logging, bool):
+            raise TrialTypeError(
+                "set_enable_tensorboard_logging() got "
+                f"{type(enable_tensorboard_logging).__name__}; pass True or False"
+            )
+        self._enable_tensorboard_logging = enable_tensorboard_logging
+
+    def get_enable_tensorboard_logging(self) -> bool:
+        return self._enable_tensorboard_logging
 
     def close(self) -> None:
         if self._tensorboard_writer is not None:

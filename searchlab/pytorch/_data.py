@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
+import numpy as np
 import torch
 from torch.utils.data import BatchSampler, Dataset, RandomSampler, Sampler, SequentialSampler
 
-from searchlab.pytorch.samplers import EpochSampler, ReproducibleShuffleSampler
+from searchlab.pytorch import samplers
+from searchlab.pytorch._errors import TrialTypeError, TrialValueError
+from searchlab.pytorch.samplers import EpochSampler, EpochShuffleSampler
 
-__all__ = ["DataLoader", "TorchData", "to_device"]
+__all__ = ["DataLoader", "TorchData", "adapt_batch_sampler", "data_length", "to_device"]
 
 TorchData = Union[dict[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor]
 
@@ -55,19 +58,28 @@ class DataLoader:
         persistent_workers: bool = False,
     ) -> None:
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-            raise TypeError(
+            raise TrialTypeError(
                 f"DataLoader needs a map-style dataset (with __len__ and __getitem__), got "
                 f"{type(dataset).__name__}; wrap an IterableDataset in torch's DataLoader and call "
                 "context.experimental.disable_dataset_reproducibility_checks()"
             )
-        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler or drop_last):
-            raise ValueError(
-                "batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last"
+        if batch_sampler is not None and (
+            batch_size != 1 or shuffle or sampler is not None or drop_last
+        ):
+            raise TrialValueError(
+                "batch_sampler is mutually exclusive with batch_size, shuffle, sampler and "
+                "drop_last; pass only batch_sampler"
             )
         if sampler is not None and shuffle:
-            raise ValueError("sampler is mutually exclusive with shuffle")
+            raise TrialValueError(
+                "sampler is mutually exclusive with shuffle; shuffle inside the sampler or "
+                "drop shuffle=True"
+            )
         if batch_size is None and batch_sampler is None:
-            raise ValueError("batch_size=None is not supported: searchlab trains on batches")
+            raise TrialValueError(
+                "batch_size=None is not supported: searchlab trains on batches; pass "
+                "batch_size=context.get_per_slot_batch_size()"
+            )
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -91,7 +103,7 @@ class DataLoader:
         if self.sampler is not None:
             return self.sampler
         if self.shuffle:
-            return ReproducibleShuffleSampler(self.dataset, seed)  # type: ignore[arg-type]
+            return EpochShuffleSampler(self.dataset, seed)  # type: ignore[arg-type]
         return SequentialSampler(self.dataset)  # type: ignore[arg-type]
 
     def build(
@@ -105,11 +117,20 @@ class DataLoader:
     def get_data_loader(
         self, repeat: bool = False, skip: int = 0, num_replicas: int = 1, rank: int = 0
     ) -> torch.utils.data.DataLoader[Any]:
-        """A plain torch ``DataLoader`` for this description (Determined's method)."""
-        epoch_loader = self.build(seed=0, num_replicas=num_replicas, rank=rank)
-        if repeat:
-            raise ValueError("repeat=True is not supported; iterate epochs with the trainer")
-        return epoch_loader.loader_for(epoch=0, skip_batches=skip)
+        """A plain torch ``DataLoader`` of this description (Determined's method).
+
+        The order is the one searchlab trains with (trial seed 0): epoch 0, then, with
+        ``repeat=True``, epochs 1, 2, ... without end. ``skip`` drops the first batches of this
+        worker's shard (``rank`` of ``num_replicas``), once. Its ``len`` is one epoch's.
+        """
+        epochs = self.build(seed=0, num_replicas=num_replicas, rank=rank)
+        if not repeat:
+            return epochs.loader_for(epoch=0, skip_batches=skip)
+        return epochs.loader_of(_RepeatEpochs(epochs, skip))
+
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate epoch 0, as a torch ``DataLoader`` would (for use outside a trainer)."""
+        return iter(self.get_data_loader())
 
     def __len__(self) -> int:
         return len(self.build(seed=0))
@@ -141,8 +162,8 @@ class _EpochLoader:
     def __len__(self) -> int:
         return self._len
 
-    def loader_for(self, epoch: int, skip_batches: int = 0) -> torch.utils.data.DataLoader[Any]:
-        """The torch loader yielding batches ``skip_batches..`` of ``epoch``."""
+    def batches_of(self, epoch: int, skip_batches: int = 0) -> Sampler[list[int]]:
+        """The index batches ``skip_batches..`` of ``epoch`` (a batch sampler)."""
         batch_sampler: Any = self._batches
         if self._own_generator is not None:
             self._own_generator.manual_seed(self._seed * 1_000_003 + epoch)
@@ -150,6 +171,15 @@ class _EpochLoader:
             self._sampler.set_position(epoch, skip_batches * (self._spec.batch_size or 1))
         elif skip_batches:
             batch_sampler = _SkipBatches(self._batches, skip_batches)
+        return batch_sampler  # type: ignore[no-any-return]
+
+    def loader_for(self, epoch: int, skip_batches: int = 0) -> torch.utils.data.DataLoader[Any]:
+        """The torch loader yielding batches ``skip_batches..`` of ``epoch``."""
+        return self.loader_of(self.batches_of(epoch, skip_batches), epoch)
+
+    def loader_of(
+        self, batch_sampler: Sampler[list[int]], epoch: int = 0
+    ) -> torch.utils.data.DataLoader[Any]:
         gen = torch.Generator()
         # Worker seeds come from this generator instead of the global RNG.
         gen.manual_seed(self._seed * 7_919 + epoch)
@@ -159,6 +189,25 @@ class _EpochLoader:
             generator=gen,
             **self._spec._loader_kwargs,
         )
+
+
+class _RepeatEpochs(Sampler[list[int]]):
+    """Epochs 0, 1, 2, ... of an ``_EpochLoader`` without end, the first ``skip`` batches
+    dropped once; ``len`` is one epoch's (as Determined's ``RepeatBatchSampler``)."""
+
+    def __init__(self, epochs: _EpochLoader, skip: int) -> None:
+        self._epochs = epochs
+        self._skip = skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        def every_epoch() -> Iterator[list[int]]:
+            for epoch in itertools.count():
+                yield from list(self._epochs.batches_of(epoch))
+
+        return itertools.islice(every_epoch(), self._skip, None)
+
+    def __len__(self) -> int:
+        return len(self._epochs)
 
 
 class _SkipBatches(Sampler[list[int]]):
@@ -200,3 +249,44 @@ def records_in(batch: Any) -> int:
     if isinstance(batch, (list, tuple)) and batch:
         return records_in(batch[0])
     return math.nan  # type: ignore[return-value]
+
+
+def data_length(data: Any) -> int:
+    """The batch length of ``data``: the length of its first array or tensor (Determined's).
+
+    Accepts an ndarray or tensor, or a dict, list or tuple whose first element is one.
+    """
+    if isinstance(data, (np.ndarray, torch.Tensor)):
+        return len(data)
+    if isinstance(data, (dict, list, tuple)):
+        if len(data) == 0:
+            raise TrialValueError(
+                f"data_length() got an empty {type(data).__name__}; it needs at least one "
+                "np.ndarray or torch.Tensor in it"
+            )
+        first = next(iter(data.values())) if isinstance(data, dict) else data[0]
+        return len(first)
+    raise TrialTypeError(
+        f"data_length() got {type(data).__name__}; pass an ndarray, a tensor, or a "
+        "dict/list/tuple of them"
+    )
+
+
+def adapt_batch_sampler(
+    batch_sampler: BatchSampler,
+    repeat: bool = False,
+    skip: int = 0,
+    num_replicas: int = 1,
+    rank: int = 0,
+) -> BatchSampler:
+    """Repeat, shard and skip a batch sampler, in Determined's order (its function of the name).
+
+    Skipping comes last: ``skip`` counts this worker's batches.
+    """
+    if repeat:
+        batch_sampler = samplers.RepeatBatchSampler(batch_sampler)
+    if num_replicas > 1:
+        batch_sampler = samplers.DistributedBatchSampler(batch_sampler, num_replicas, rank)
+    if skip > 0:
+        batch_sampler = samplers.SkipBatchSampler(batch_sampler, skip)
+    return batch_sampler

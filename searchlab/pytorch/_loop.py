@@ -18,11 +18,19 @@ from typing import Any
 import torch
 
 from searchlab.errors import TrialDefinitionError
+from searchlab.pytorch._callback import overrides, takes_epoch_idx
 from searchlab.pytorch._checkpoint import FORMAT_VERSION
 from searchlab.pytorch._context import PyTorchTrialContext
-from searchlab.pytorch._data import DataLoader
+from searchlab.pytorch._loaders import epoch_loader
 from searchlab.pytorch._lr_scheduler import LRScheduler
-from searchlab.pytorch._metrics import check_metrics, mean_metrics, to_float
+from searchlab.pytorch._metrics import (
+    check_metrics,
+    is_numerical_scalar,
+    mean_metrics,
+    report_value,
+    to_float,
+    to_python,
+)
 from searchlab.pytorch._state import capture_trial_state, restore_trial_state
 from searchlab.pytorch._trial import PyTorchTrial
 from searchlab.pytorch._units import TrainUnit
@@ -50,7 +58,9 @@ class Report:
     """One event of the loop: metrics of a ``group``, and what the caller should do next."""
 
     group: str | None  # "training", "validation", or None for a bare checkpoint point
-    metrics: dict[str, float]
+    # Numbers as floats; non-scalar metrics as lists, strings, or None where a training
+    # window's values could not be averaged (as Determined reported them).
+    metrics: dict[str, Any]
     batches: int
     epochs: float
     checkpoint: bool = False
@@ -87,7 +97,7 @@ class TrialLoop:
         self.trial, self.context, self.settings = trial, context, settings
         self.callbacks = dict(trial.build_callbacks())
         context._callbacks = self.callbacks
-        self._train = _epoch_loader(
+        self._train = epoch_loader(
             trial.build_training_data_loader(),
             context,
             f"{type(trial).__name__}.build_training_data_loader()",
@@ -104,8 +114,16 @@ class TrialLoop:
         self.validator = Validator(trial, context, settings, self.callbacks)
         self.batches_trained = 0
         self.target = 0
-        self.last_validation: dict[str, float] = {}
+        self.last_validation: dict[str, Any] = {}
         self._window: list[dict[str, Any]] = []
+        # Where the batches not yet given to on_training_workload_end start in the window.
+        self._workload_start = 0
+        self._workload_hooks = [
+            cb for cb in self.callbacks.values() if overrides(cb, "on_training_workload_end")
+        ]
+        self._epoch_start_takes_index = {
+            name: takes_epoch_idx(cb) for name, cb in self.callbacks.items()
+        }
         self._best: float | None = None
         self._last_validation_batch = -1
         self._stream: Iterator[Any] | None = None
@@ -171,6 +189,10 @@ class TrialLoop:
                 if not validation_due:
                     self._end_reports(report, periodic_ckpt or at_end, at_end, stop)
                 yield report
+            elif validation_due or periodic_ckpt:
+                # Determined ends a training workload before every validation and
+                # checkpoint too; training reports keep their scheduling_unit windows.
+                self._end_workload(None)
             if validation_due:
                 report = self._validation_report(checkpoint=False, done=False)
                 wants = periodic_ckpt or at_end or report.checkpoint
@@ -189,6 +211,7 @@ class TrialLoop:
                 cb.on_trial_startup(first_batch, self._checkpoint_uuid)
 
     def _start(self) -> None:
+        self.context._training_started = True
         for model in self.context.models:
             model.train()
         if self._training:
@@ -208,8 +231,11 @@ class TrialLoop:
         ctx, b = self.context, self.batches_trained
         epoch_idx, in_epoch = divmod(b, self.epoch_len)
         if in_epoch == 0:
-            for cb in self.callbacks.values():
-                cb.on_training_epoch_start(epoch_idx)
+            for name, cb in self.callbacks.items():
+                if self._epoch_start_takes_index[name]:
+                    cb.on_training_epoch_start(epoch_idx)
+                else:  # Determined's signature before 0.17.8
+                    cb.on_training_epoch_start()  # type: ignore[call-arg]
         if self._stream is None:
             self._stream = self._batch_stream()
         batch = next(self._stream)
@@ -244,20 +270,41 @@ class TrialLoop:
         return report
 
     def _training_report(self) -> Report:
-        window, self._window = self._window, []
+        window = self._window
         metrics = mean_metrics(window, self.context.distributed)
         metrics.update(self.validator.reducer_metrics(training=True))
-        for cb in self.callbacks.values():
-            cb.on_training_workload_end(metrics, window)
+        self._end_workload(metrics)
+        self._window, self._workload_start = [], 0
         report = Report("training", metrics, self.batches_trained, self.epochs)
         first_batch = self.batches_trained - len(window) + 1
         for name, value in metrics.items():
             if isinstance(value, float) and not math.isfinite(value):
                 for offset, batch_metrics in enumerate(window):
-                    if name in batch_metrics and not math.isfinite(to_float(batch_metrics[name])):
+                    v = batch_metrics.get(name)
+                    if is_numerical_scalar(v) and not math.isfinite(to_float(v)):
                         report.first_non_finite[name] = first_batch + offset
                         break
         return report
+
+    def _end_workload(self, report_metrics: dict[str, Any] | None) -> None:
+        """``on_training_workload_end`` with the batches since the previous workload end.
+
+        ``report_metrics`` are the training report's when this workload closes its window;
+        a workload that ends at a validation or checkpoint between reports gets the mean of
+        its own batches (the training reducers report with the window).
+        """
+        batches = self._window[self._workload_start :]
+        whole_window = self._workload_start == 0
+        self._workload_start = len(self._window)
+        if not self._workload_hooks:
+            return
+        if report_metrics is not None and whole_window:
+            avg = dict(report_metrics)
+        else:
+            avg = mean_metrics(batches, self.context.distributed)
+        batch_metrics = [{k: to_python(v) for k, v in m.items()} for m in batches]
+        for cb in self._workload_hooks:
+            cb.on_training_workload_end(avg, batch_metrics)
 
     def _validation_report(self, *, checkpoint: bool, done: bool) -> Report:
         metrics = self.validator.validate()
@@ -285,7 +332,8 @@ class TrialLoop:
         state["batches_trained"] = self.batches_trained
         state["epochs_trained"] = self.batches_trained // self.epoch_len
         state["trainer_state"] = {
-            "window": [{k: to_float(v) for k, v in m.items()} for m in self._window],
+            "window": [{k: report_value(v) for k, v in m.items()} for m in self._window],
+            "workload_start": self._workload_start,
             "best": self._best,
             "last_validation_batch": self._last_validation_batch,
             "last_validation": dict(self.last_validation),
@@ -333,6 +381,9 @@ class TrialLoop:
         self.context._current_batch = self.batches_trained
         trainer_state = state.get("trainer_state", {})
         self._window = list(trainer_state.get("window", []))
+        # Checkpoints before searchlab kept this: their window's batches had had no
+        # workload end yet.
+        self._workload_start = int(trainer_state.get("workload_start", 0))
         self._best = trainer_state.get("best")
         self._last_validation_batch = int(trainer_state.get("last_validation_batch", -1))
         self.last_validation = dict(trainer_state.get("last_validation", {}))
@@ -350,43 +401,3 @@ class TrialLoop:
     def close(self) -> None:
         self.shutdown()
         self.context.close()
-
-
-def _epoch_loader(loader: Any, context: PyTorchTrialContext, where: str, training: bool) -> Any:
-    """The per-epoch factory for ``loader`` (a searchlab or, if allowed, a torch DataLoader)."""
-    dist = context.distributed
-    if isinstance(loader, DataLoader):
-        return loader.build(
-            seed=context.get_trial_seed(), num_replicas=dist.size, rank=dist.rank, training=training
-        )
-    if isinstance(loader, torch.utils.data.DataLoader):
-        if not context._allow_torch_loaders:
-            raise TrialDefinitionError(
-                f"{where} returned a torch.utils.data.DataLoader; return "
-                "searchlab.pytorch.DataLoader (same arguments) so that data order, sharding and "
-                "resume are exact, or call context.experimental."
-                "disable_dataset_reproducibility_checks() in __init__ to use it as is"
-            )
-        return _TorchLoader(loader)
-    raise TrialDefinitionError(
-        f"{where} returned {type(loader).__name__}; it must return a searchlab.pytorch.DataLoader"
-    )
-
-
-class _TorchLoader:
-    """A user's own torch DataLoader: resume skips batches by iterating past them."""
-
-    def __init__(self, loader: torch.utils.data.DataLoader[Any]) -> None:
-        self._loader = loader
-
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def loader_for(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
-        set_epoch = getattr(getattr(self._loader, "sampler", None), "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
-        it = iter(self._loader)
-        for _ in range(skip_batches):
-            next(it, None)
-        return it

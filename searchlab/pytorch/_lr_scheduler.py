@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from searchlab.pytorch._errors import TrialValueError
+
 __all__ = ["LRScheduler"]
 
 
@@ -35,12 +37,12 @@ class LRScheduler:
         frequency: int = 1,
     ) -> None:
         if not isinstance(step_mode, LRScheduler.StepMode):
-            raise ValueError(
+            raise TrialValueError(
                 f"step_mode is {step_mode!r}, but must be one of "
                 f"{[m.name for m in LRScheduler.StepMode]} (LRScheduler.StepMode)"
             )
         if frequency < 1:
-            raise ValueError(f"frequency is {frequency}, but must be >= 1")
+            raise TrialValueError(f"frequency is {frequency}, but must be >= 1")
         self._scheduler = scheduler
         self._step_mode = step_mode
         self._frequency = frequency

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MetricReducer", "Reducer", "reduce_values"]
+__all__ = ["MetricReducer", "Reducer", "SimpleReducer", "reduce_values"]
 
 
 class Reducer(enum.Enum):
@@ -66,3 +67,38 @@ class MetricReducer(abc.ABC):
     @abc.abstractmethod
     def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> Any:
         """The final metric (a number, or a dict of numbers) from every worker's partial result."""
+
+
+class SimpleReducer(MetricReducer):
+    """A reducer function wrapped as a ``MetricReducer``: what ``wrap_reducer(fn)`` returns.
+
+    Call ``update(value)`` during ``train_batch``/``evaluate_batch``; at the end of the window
+    ``fn`` gets the list of every value from every worker (interleaved by rank, which restores
+    the data order when each worker calls ``update`` once per batch) and returns the metric.
+
+    Example:
+        >>> def roc_auc(values):
+        ...     y_true, y_score = zip(*values)
+        ...     return sklearn.metrics.roc_auc_score(np.concatenate(y_true), np.concatenate(y_score))
+        >>> self.auc = context.wrap_reducer(roc_auc, name="roc_auc")
+        >>> self.auc.update((y.cpu().numpy(), scores.cpu().numpy()))  # in evaluate_batch
+    """
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn = fn
+        self.values: list[Any] = []
+
+    def reset(self) -> None:
+        self.values = []
+
+    def update(self, value: Any) -> None:
+        """Add one value (any picklable object) for ``fn``."""
+        self.values.append(value)
+
+    def per_slot_reduce(self) -> list[Any]:
+        return self.values
+
+    def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> Any:
+        missing = object()
+        interleaved = itertools.zip_longest(*per_slot_metrics, fillvalue=missing)
+        return self.fn([v for row in interleaved for v in row if v is not missing])

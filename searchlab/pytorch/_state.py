@@ -20,9 +20,14 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def capture_rng_state() -> dict[str, Any]:
+    """The global RNG states of torch (CPU and CUDA), numpy and Python.
+
+    numpy's state is stored as a tensor and plain numbers (not ``np.random.get_state()``'s
+    ndarray), so that a checkpoint needs no numpy classes to load weights-only.
+    """
     state: dict[str, Any] = {
         "cpu_rng_state": torch.get_rng_state(),
-        "np_rng_state": np.random.get_state(),
+        "np_rng_state": _numpy_state_to_plain(np.random.get_state()),
         "random_state": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -30,17 +35,51 @@ def capture_rng_state() -> dict[str, Any]:
     return state
 
 
+def _numpy_state_to_plain(state: Any) -> dict[str, Any]:
+    kind, key, pos, has_gauss, cached_gaussian = state
+    return {
+        "kind": str(kind),
+        "key": torch.from_numpy(np.asarray(key, dtype=np.int64).copy()),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
+
+
+def _numpy_state_from_saved(saved: Any) -> tuple[Any, ...]:
+    """``np.random.set_state``'s tuple from either form: searchlab's dict, or the tuple of
+    ``np.random.get_state()`` that Determined and earlier searchlab releases saved."""
+    if isinstance(saved, dict):
+        key = saved["key"]
+        key = key.numpy() if isinstance(key, torch.Tensor) else np.asarray(key)
+        return (
+            saved["kind"],
+            key.astype(np.uint32),
+            int(saved["pos"]),
+            int(saved["has_gauss"]),
+            float(saved["cached_gaussian"]),
+        )
+    return tuple(saved)
+
+
 def restore_rng_state(state: dict[str, Any]) -> None:
     if "cpu_rng_state" in state:
         torch.set_rng_state(state["cpu_rng_state"])
     if "np_rng_state" in state:
-        np.random.set_state(state["np_rng_state"])
+        np.random.set_state(_numpy_state_from_saved(state["np_rng_state"]))
     if "random_state" in state:
-        random.setstate(state["random_state"])
+        random.setstate(_as_python_random_state(state["random_state"]))
     gpu = state.get("gpu_rng_state")
     if gpu is not None and torch.cuda.is_available():
         n = min(len(gpu), torch.cuda.device_count())
         torch.cuda.set_rng_state_all(gpu[:n])
+
+
+def _as_python_random_state(saved: Any) -> tuple[Any, ...]:
+    # random.setstate needs tuples; a state that went through JSON or a list-based copy
+    # comes back as lists.
+    version, internal, gauss = saved
+    return (version, tuple(internal), gauss)
 
 
 def capture_trial_state(

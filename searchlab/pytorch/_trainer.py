@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib
 import logging
 import os
 import pathlib
 import random
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -21,19 +19,13 @@ from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._checkpoint import load_checkpoint, save_checkpoint_dir
 from searchlab.pytorch._context import PyTorchTrialContext
 from searchlab.pytorch._distributed import DistributedContext
+from searchlab.pytorch._errors import TrialValueError
 from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
-from searchlab.pytorch._state import restore_trial_state
+from searchlab.pytorch._metrics import is_numerical_scalar
 from searchlab.pytorch._trial import PyTorchTrial
 from searchlab.pytorch._units import TrainUnit
 
-__all__ = [
-    "MetricsReporter",
-    "Trainer",
-    "init",
-    "load_trial_class",
-    "load_trial_from_checkpoint_path",
-    "seed_everything",
-]
+__all__ = ["MetricsReporter", "Trainer", "init", "seed_everything"]
 
 logger = logging.getLogger("searchlab")
 
@@ -78,9 +70,9 @@ def init(
         trial_seed=seed,
         aggregation_frequency=aggregation_frequency,
         tensorboard_path=ckpt_dir / "tensorboard",
+        enable_tensorboard_logging=enable_tensorboard_logging,
     )
     context._checkpoint_dir = ckpt_dir  # type: ignore[attr-defined]
-    context._enable_tensorboard = enable_tensorboard_logging  # type: ignore[attr-defined]
     try:
         yield context
     finally:
@@ -111,11 +103,15 @@ class MetricsReporter(Protocol):
 class _LogReporter:
     def report(self, report: Report) -> None:
         if report.group:
-            shown = ", ".join(f"{k}={v:.6g}" for k, v in sorted(report.metrics.items()))
+            shown = ", ".join(f"{k}={_shown(v)}" for k, v in sorted(report.metrics.items()))
             logger.info("batch %d %s: %s", report.batches, report.group, shown)
 
     def checkpoint_saved(self, path: pathlib.Path, report: Report) -> None:
         logger.info("batch %d: checkpoint %s", report.batches, path)
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if is_numerical_scalar(value) else repr(value)
 
 
 class Trainer:
@@ -155,16 +151,25 @@ class Trainer:
         latest_checkpoint: str | os.PathLike[str] | None = None,
         step_zero_validation: bool = False,
         test_mode: bool = False,
+        *,
+        trusted: bool = False,
     ) -> str | None:
-        """Train to ``max_length``; returns the newest checkpoint directory (or None)."""
+        """Train to ``max_length``; returns the newest checkpoint directory (or None).
+
+        ``latest_checkpoint`` is loaded weights-only (tensors, containers, RNG states);
+        ``trusted=True`` unpickles it fully, e.g. for callbacks that saved their own classes,
+        and only for checkpoints whose origin you trust.
+        """
         conf = self.context.get_experiment_config()  # type: ignore[union-attr]
         searcher = conf.get("searcher") or {}
         if max_length is None:
             if "max_length" not in searcher:
-                raise ValueError("fit() needs max_length, e.g. max_length=Batch(100) or Epoch(1)")
+                raise TrialValueError(
+                    "fit() needs max_length, e.g. max_length=Batch(100) or Epoch(1)"
+                )
             max_length = TrainUnit.coerce(searcher["max_length"])
         if checkpoint_policy not in ("best", "all", "none"):
-            raise ValueError(
+            raise TrialValueError(
                 f"checkpoint_policy is {checkpoint_policy!r}, but must be 'best', 'all' or 'none'"
             )
         settings = LoopSettings(
@@ -183,7 +188,7 @@ class Trainer:
         # Each fit() is one run of the trial: on_trial_startup ... on_trial_shutdown.
         try:
             if latest_checkpoint is not None:
-                state, _ = load_checkpoint(latest_checkpoint)
+                state, _ = load_checkpoint(latest_checkpoint, trusted=trusted)
                 loop.load_state_dict(state, checkpoint_uuid=pathlib.Path(latest_checkpoint).name)
                 self._latest = pathlib.Path(latest_checkpoint)
             loop.target = loop.to_batches(max_length)
@@ -200,12 +205,15 @@ class Trainer:
     def _log_tensorboard(self, report: Report) -> None:
         """Metrics into the context's TensorBoard writer, tagged as Determined tagged them."""
         ctx = self.context
-        if not report.group or not getattr(ctx, "_enable_tensorboard", False):
+        assert ctx is not None
+        if not report.group or not ctx.get_enable_tensorboard_logging():
             return
-        if ctx.distributed.rank != 0:  # type: ignore[union-attr]
+        if ctx.distributed.rank != 0:
             return
-        writer = ctx.get_tensorboard_writer()  # type: ignore[union-attr]
+        writer = ctx.get_tensorboard_writer()
         for name, value in report.metrics.items():
+            if not is_numerical_scalar(value):  # as Determined: lists and None are not plotted
+                continue
             if report.group == "validation" and not name.startswith("val"):
                 name = f"val_{name}"
             writer.add_scalar(f"Determined/{name}", value, report.batches)
@@ -225,86 +233,3 @@ class Trainer:
         loop.checkpoint_written(path)
         self.reporter.checkpoint_saved(path, report)
         return path
-
-
-def _use_model_dir(model_dir: pathlib.Path) -> None:
-    """Put ``model_dir`` first on ``sys.path`` and forget modules loaded from another model dir.
-
-    Model directories reuse generic module names (``model_def``, ``data``); without this, a
-    notebook or test session that loads a second experiment would get the first one's modules.
-    """
-    path = str(model_dir)
-    if path in sys.path:
-        sys.path.remove(path)
-    sys.path.insert(0, path)
-    previous = getattr(_use_model_dir, "current", None)
-    _use_model_dir.current = path  # type: ignore[attr-defined]
-    if previous is None or previous == path:
-        return
-    if previous in sys.path:
-        sys.path.remove(previous)  # its modules must not stand in for the new dir's
-    for name, module in list(sys.modules.items()):
-        origin = getattr(module, "__file__", None) or ""
-        if origin.startswith(previous + os.sep):
-            del sys.modules[name]
-
-
-def load_trial_class(
-    spec: str, model_dir: str | os.PathLike[str] | None = None
-) -> type[PyTorchTrial]:
-    """Import ``module:Class`` (with ``model_dir`` on ``sys.path``)."""
-    module_name, _, class_name = spec.partition(":")
-    if not module_name or not class_name:
-        raise TrialDefinitionError(f"trial class {spec!r} must have the form `module:Class`")
-    if model_dir is not None:
-        _use_model_dir(pathlib.Path(model_dir).resolve())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TrialDefinitionError(
-            f"cannot import module {module_name!r} of {spec!r} from {model_dir or os.getcwd()}: "
-            f"{exc}; check the entrypoint and the model directory"
-        ) from exc
-    obj: Any = module
-    for part in class_name.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise TrialDefinitionError(
-                f"module {module_name!r} has no class {class_name!r}; check the entrypoint"
-            )
-    if not (isinstance(obj, type) and issubclass(obj, PyTorchTrial)):
-        raise TrialDefinitionError(
-            f"{spec} is not a subclass of searchlab.pytorch.PyTorchTrial; derive it from PyTorchTrial"
-        )
-    return obj
-
-
-def load_trial_from_checkpoint_path(
-    path: str | os.PathLike[str],
-    trial_class: type[PyTorchTrial] | None = None,
-    trial_kwargs: dict[str, Any] | None = None,
-    hparams: dict[str, Any] | None = None,
-) -> PyTorchTrial:
-    """The trial of a checkpoint, rebuilt with its trained weights (on CPU unless a GPU is there).
-
-    Example:
-        >>> trial = load_trial_from_checkpoint_path(results.best_checkpoint())
-        >>> trial.model.eval()
-    """
-    state, meta = load_checkpoint(path)
-    if trial_class is None:
-        if "trial_class" not in meta:
-            raise TrialDefinitionError(
-                f"{path}: the checkpoint does not name its trial class; pass trial_class="
-            )
-        trial_class = load_trial_class(meta["trial_class"], meta.get("model_dir"))
-    with init(
-        hparams=hparams if hparams is not None else meta.get("hparams", {}),
-        checkpoint_dir=pathlib.Path(path).parent,
-        distributed=DistributedContext(),
-        seed=int(meta.get("trial_seed") or 0),
-    ) as context:
-        trial = trial_class(context, **(trial_kwargs or {}))  # type: ignore[call-arg]
-        callbacks = trial.build_callbacks()
-        restore_trial_state(state, context, dict(callbacks), restore_rng=False)
-    return trial

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from searchlab.pytorch._errors import TrialValueError
+
 __all__ = ["Batch", "Epoch", "Record", "TrainUnit"]
 
 
@@ -22,7 +24,7 @@ class TrainUnit:
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, int) or isinstance(self.value, bool) or self.value < 0:
-            raise ValueError(
+            raise TrialValueError(
                 f"{type(self).__name__}({self.value!r}): the length must be an int >= 0"
             )
 
@@ -35,7 +37,7 @@ class TrainUnit:
         """A ``TrainUnit`` from a config length (``{"batches": 100}`` means ``Batch(100)``)."""
         classes: dict[str, type[TrainUnit]] = {"batches": Batch, "epochs": Epoch, "records": Record}
         if unit not in classes:
-            raise ValueError(f"unknown length unit {unit!r}; use one of {sorted(classes)}")
+            raise TrialValueError(f"unknown length unit {unit!r}; use one of {sorted(classes)}")
         return classes[unit](int(value))
 
     @staticmethod
@@ -51,7 +53,7 @@ class TrainUnit:
         unit = getattr(length, "unit", None)
         if unit is not None:
             return TrainUnit.from_spec(str(getattr(unit, "value", unit)), int(length.value))
-        raise ValueError(
+        raise TrialValueError(
             f"cannot use {length!r} as a length; pass Batch(n), Epoch(n), Record(n) or an int"
         )
 
@@ -78,7 +80,7 @@ class Record(TrainUnit):
 
     def to_batches(self, epoch_len: int, global_batch_size: int | None) -> int:
         if not global_batch_size:
-            raise ValueError(
+            raise TrialValueError(
                 f"Record({self.value}) needs the hyperparameter `global_batch_size` to turn "
                 "records into batches; set it or give the length in batches or epochs"
             )

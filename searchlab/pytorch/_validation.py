@@ -10,7 +10,14 @@ import torch
 from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._callback import PyTorchCallback
 from searchlab.pytorch._context import PyTorchTrialContext
-from searchlab.pytorch._metrics import check_metrics, reduce_validation, to_float
+from searchlab.pytorch._loaders import epoch_loader
+from searchlab.pytorch._metrics import (
+    check_metrics,
+    is_numerical_scalar,
+    numeric_values,
+    reduce_validation,
+    report_value,
+)
 from searchlab.pytorch._trial import PyTorchTrial
 
 if TYPE_CHECKING:
@@ -54,14 +61,12 @@ class Validator:
 
     def _data(self) -> Any:
         if self._loader is None:
-            from searchlab.pytorch._loop import _epoch_loader
-
             spec = self._trial.build_validation_data_loader()
             where = f"{type(self._trial).__name__}.build_validation_data_loader()"
-            self._loader = _epoch_loader(spec, self._context, where, training=False)
+            self._loader = epoch_loader(spec, self._context, where, training=False)
         return self._loader
 
-    def validate(self) -> dict[str, float]:
+    def validate(self) -> dict[str, Any]:
         ctx = self._context
         for cb in self._callbacks.values():
             cb.on_validation_start()
@@ -86,7 +91,7 @@ class Validator:
                 cb.on_validation_epoch_end([])
         return metrics
 
-    def _by_batch(self) -> dict[str, float]:
+    def _by_batch(self) -> dict[str, Any]:
         ctx, trial = self._context, self._trial
         per_batch: dict[str, list[Any]] = {}
         loader = self._data().loader_for(0, 0)
@@ -102,26 +107,45 @@ class Validator:
                 out = trial.evaluate_batch(batch)  # type: ignore[call-arg]
             out = check_metrics(out, f"{type(trial).__name__}.evaluate_batch()")
             for k, v in out.items():
-                per_batch.setdefault(k, []).append(
-                    v.detach().reshape(()) if isinstance(v, torch.Tensor) else v
-                )
-        values = {
-            k: torch.stack([torch.as_tensor(x, dtype=torch.float64).cpu() for x in v]).tolist()
-            for k, v in per_batch.items()
-        }
+                if v is None:  # skipped, as in training windows
+                    continue
+                if isinstance(v, torch.Tensor):
+                    v = v.detach().reshape(()) if v.numel() == 1 else v.detach().cpu()
+                per_batch.setdefault(k, []).append(v)
+        values = {k: self._numbers(k, v) for k, v in per_batch.items()}
         return reduce_validation(values, trial.evaluation_reducer(), ctx.distributed)
 
-    def _full_dataset(self) -> dict[str, float]:
+    def _numbers(self, name: str, values: list[Any]) -> list[float]:
+        """A metric's per-batch values as the numbers its reducer combines.
+
+        Scalars give one number a batch; equal-shape arrays are reduced over all their
+        elements, as Determined's reducers did on the stacked arrays.
+        """
+        if all(is_numerical_scalar(x) for x in values):
+            return torch.stack(  # type: ignore[no-any-return]
+                [torch.as_tensor(x, dtype=torch.float64).cpu().reshape(()) for x in values]
+            ).tolist()
+        arr = numeric_values(values)
+        if arr is None:
+            raise TrialDefinitionError(
+                f"{type(self._trial).__name__}.evaluate_batch() returned metric {name!r} whose "
+                "values are not numbers of one shape, so its reducer cannot combine them; "
+                "return numbers or equal-shape tensors, or compute it in evaluate_full_dataset() "
+                "or with context.wrap_reducer()"
+            )
+        return arr.ravel().tolist()  # type: ignore[no-any-return]
+
+    def _full_dataset(self) -> dict[str, Any]:
         ctx = self._context
-        metrics: dict[str, float] = {}
+        metrics: dict[str, Any] = {}
         if ctx.distributed.rank == 0:
             out = self._trial.evaluate_full_dataset(self._data().loader_for(0, 0))
             out = check_metrics(out, f"{type(self._trial).__name__}.evaluate_full_dataset()")
-            metrics = {k: to_float(v) for k, v in out.items()}
+            metrics = {k: report_value(v) for k, v in out.items()}
         return dict(ctx.distributed.broadcast(metrics))
 
-    def reducer_metrics(self, *, training: bool) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def reducer_metrics(self, *, training: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for reducer, name, for_training, for_validation in self._context._reducers:
             if not (for_training if training else for_validation):
                 continue
@@ -131,15 +155,21 @@ class Validator:
             if name is None:
                 if not isinstance(value, dict):
                     raise TrialDefinitionError(
-                        f"{type(reducer).__name__}.cross_slot_reduce() returned "
-                        f"{type(value).__name__}; without a name, wrap_reducer() needs a dict of metrics"
+                        f"{_reducer_name(reducer)} returned {type(value).__name__}; without a "
+                        "name, wrap_reducer() needs a dict of metrics: pass name=... or "
+                        "return a dict"
                     )
-                out.update({k: to_float(v) for k, v in value.items()})
+                out.update({k: report_value(v) for k, v in value.items()})
+            elif isinstance(value, dict):
+                raise TrialDefinitionError(
+                    f"{_reducer_name(reducer)} was wrapped with name={name!r} but returned a "
+                    "dict; return one value, or wrap it with name=None to report the dict's keys"
+                )
             else:
-                out[name] = to_float(value)
+                out[name] = report_value(value)
         return out
 
-    def _check_searcher_metric(self, metrics: dict[str, float]) -> None:
+    def _check_searcher_metric(self, metrics: dict[str, Any]) -> None:
         name = self._settings.searcher_metric
         if name is not None and name not in metrics:
             raise TrialDefinitionError(
@@ -147,3 +177,16 @@ class Validator:
                 f"{sorted(metrics)} that {type(self._trial).__name__} reported; return it from "
                 "evaluate_batch()/evaluate_full_dataset() or change searcher.metric"
             )
+        if name is not None and not is_numerical_scalar(metrics[name]):
+            shown = repr(metrics[name])[:80]
+            raise TrialDefinitionError(
+                f"the searcher metric {name!r} that {type(self._trial).__name__} reported is "
+                f"{shown}, not a number; the searcher compares numbers: return a scalar"
+            )
+
+
+def _reducer_name(reducer: Any) -> str:
+    fn = getattr(reducer, "fn", None)  # a SimpleReducer: name the user's function
+    if fn is not None:
+        return f"the reducer function {getattr(fn, '__name__', repr(fn))}()"
+    return f"{type(reducer).__name__}.cross_slot_reduce()"

@@ -132,6 +132,7 @@ def test_hooks_fire_in_order(tmp_path) -> None:
         *CHECKPOINT,  # checkpoint_period 2
         "before_optimizer_step",  # batch 2
         "epoch_end",  # epoch 0
+        "workload_end",  # as in Determined, a workload ends before each validation
         *VALIDATION,  # validation_period 3
         "epoch_start",  # epoch 1
         "before_optimizer_step",  # batch 3
@@ -150,10 +151,15 @@ def test_hook_arguments(tmp_path) -> None:
     assert args["epoch_start"] == [0, 1] and args["epoch_end"] == [0]
     assert args["before_optimizer_step"] == [2] * 4  # weight and bias
     losses = run.trial.losses
-    (avg1, batch1), (avg2, batch2) = args["workload_end"]
-    assert [float(m["loss"]) for m in batch1] == pytest.approx(losses[:2])
+    # Workloads end at 2 (scheduling_unit), 3 (validation) and 4: each batch in one call.
+    (avg1, batch1), (avg2, batch2), (avg3, batch3) = args["workload_end"]
+    assert [m["loss"] for m in batch1] == pytest.approx(losses[:2])
+    assert [m["batch_idx"] for m in batch1 + batch2 + batch3] == [0, 1, 2, 3]
     assert avg1["loss"] == pytest.approx(sum(losses[:2]) / 2)
-    assert avg2["loss"] == pytest.approx(sum(losses[2:4]) / 2) and len(batch2) == 2
+    assert avg1 == run.reports("training")[0].metrics  # the whole report window
+    assert avg2["loss"] == pytest.approx(losses[2]) and avg3["loss"] == pytest.approx(losses[3])
+    # The training report at 4 still averages its scheduling_unit window (batches 2 and 3).
+    assert run.reports("training")[1].metrics["loss"] == pytest.approx(sum(losses[2:4]) / 2)
     validations = [r.metrics for r in run.reports("validation")]
     assert args["validation_end"] == validations
     dirs = args["checkpoint_write_end"]
@@ -217,3 +223,64 @@ def test_shutdown_hook_runs_when_training_fails(tmp_path) -> None:
         with pytest.raises(RuntimeError, match="boom in train_batch"):
             pytorch.Trainer(trial, ctx).fit(max_length=Batch(3))
     assert trial.recorder.events[-1] == ("trial_shutdown", None)
+
+
+class WorkloadLog(PyTorchCallback):
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+
+    def on_training_workload_end(self, avg_metrics: Any, batch_metrics: Any) -> None:
+        self.calls.append((avg_metrics, batch_metrics))
+
+
+class WorkloadTrial(LinearTrial):
+    def build_callbacks(self) -> dict[str, PyTorchCallback]:
+        self.log = WorkloadLog()
+        return {"log": self.log}
+
+
+def test_workloads_end_at_every_boundary_determined_has(tmp_path) -> None:
+    run = train(
+        tmp_path,
+        {"global_batch_size": 4, "n_train": 40},
+        trial_cls=WorkloadTrial,
+        exp_conf={"scheduling_unit": 5},
+        max_length=Batch(10),
+        validation_period=Batch(3),
+        checkpoint_period=Batch(4),
+    )
+    calls = run.trial.log.calls
+    # Validations at 3, 6, 9, 10; checkpoints at 4, 8, 10; reports at 5, 10.
+    ends = [int(batches[-1]["batch_idx"]) + 1 for _, batches in calls]
+    assert ends == [3, 4, 5, 6, 8, 9, 10]
+    assert [len(batches) for _, batches in calls] == [3, 1, 1, 1, 2, 1, 1]
+    assert [m["batch_idx"] for _, batches in calls for m in batches] == list(range(10))
+    losses = run.trial.losses
+    means = [sum(losses[0:3]) / 3, losses[3], losses[4], losses[5], sum(losses[6:8]) / 2]
+    assert [avg["loss"] for avg, _ in calls] == pytest.approx([*means, losses[8], losses[9]])
+    # The training reports keep their scheduling_unit windows.
+    reports = run.reports("training")
+    assert [r.batches for r in reports] == [5, 10]
+    assert reports[0].metrics["loss"] == pytest.approx(sum(losses[:5]) / 5)
+
+
+class LegacyEpochStart(PyTorchCallback):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_training_epoch_start(self) -> None:  # type: ignore[override]
+        self.calls += 1
+
+
+class LegacyTrial(LinearTrial):
+    def build_callbacks(self) -> dict[str, PyTorchCallback]:
+        self.legacy = LegacyEpochStart()
+        return {"legacy": self.legacy}
+
+
+def test_on_training_epoch_start_without_epoch_idx_still_runs(tmp_path, caplog) -> None:
+    run = train(tmp_path, HP, trial_cls=LegacyTrial, max_length=Batch(7))  # 3 batches an epoch
+    assert run.trial.legacy.calls == 3  # epochs 0, 1, 2
+    assert "LegacyEpochStart.on_training_epoch_start() without the epoch_idx parameter" in (
+        caplog.text
+    )

@@ -37,7 +37,7 @@ def test_trainer_writes_the_spec_layout(tmp_path) -> None:
     )
     ckpt = pathlib.Path(run.path)
     assert sorted(p.name for p in ckpt.iterdir()) == ["metadata.json", "state-dict.pth"]
-    state = torch.load(ckpt / "state-dict.pth", map_location="cpu", weights_only=False)
+    state = torch.load(ckpt / "state-dict.pth", map_location="cpu", weights_only=True)
     assert {
         "models_state_dict",
         "optimizers_state_dict",
@@ -133,14 +133,16 @@ def test_older_and_ddp_determined_checkpoints_load(tmp_path) -> None:
     state, _ = pytorch.load_checkpoint(ckpt)
     assert len(state["optimizers_state_dict"]) == len(state["lr_schedulers_state_dict"]) == 1
     assert isinstance(state["rng_state"]["gpu_rng_state"], list)  # one device's state
-    trial = pytorch.load_trial_from_checkpoint_path(ckpt)
+    trial = pytorch.load_trial_from_checkpoint_path(ckpt, trial_class=ToyTrial)
     for name, tensor in trial.model.state_dict().items():  # "module." prefix dropped
         assert torch.equal(tensor, original[name])
 
 
 @pytest.mark.parametrize("version", sorted(VERSIONS))
-def test_load_trial_from_checkpoint_path(version) -> None:
-    trial = pytorch.load_trial_from_checkpoint_path(DATA / version)
+@pytest.mark.parametrize("how", [{"trial_class": ToyTrial}, {"trusted": True}])
+def test_load_trial_from_checkpoint_path(version, how) -> None:
+    # trusted=True imports the class the checkpoint names (toy_trials is on sys.path here).
+    trial = pytorch.load_trial_from_checkpoint_path(DATA / version, **how)
     assert type(trial).__name__ == "ToyTrial"
     assert trial.context.get_hparams() == HPARAMS
     state, _ = pytorch.load_checkpoint(DATA / version)

@@ -6,7 +6,6 @@ import json
 import pathlib
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from api_trials import LinearTrial, regression_data, train
@@ -51,17 +50,6 @@ def test_exactly_one_evaluate_method(tmp_path, cls, which) -> None:
         train(tmp_path, HP, trial_cls=cls, max_length=1)
 
 
-class VectorTrainMetric(LinearTrial):
-    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
-        out = super().train_batch(batch, epoch_idx, batch_idx)
-        return {**out, "per_record": (self.model(batch[0]) - batch[1]).detach().squeeze(1)}
-
-
-class VectorEvalMetric(LinearTrial):
-    def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        return {"errors": np.zeros(3)}
-
-
 class ListTrainResult(LinearTrial):
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
         return [super().train_batch(batch, epoch_idx, batch_idx)["loss"]]
@@ -69,31 +57,34 @@ class ListTrainResult(LinearTrial):
 
 class StringMetric(LinearTrial):
     def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        return {"label": "good"}
+        return {"validation_loss": 1.0, "label": "good"}
+
+
+class ObjectMetric(LinearTrial):
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        return {**super().train_batch(batch, epoch_idx, batch_idx), "model": [self.model]}
 
 
 @pytest.mark.parametrize(
     ("cls", "match"),
     [
         (
-            VectorTrainMetric,
-            r"VectorTrainMetric.train_batch\(\) returned metric 'per_record' with shape \(4,\); metrics must be scalars",
-        ),
-        (
-            VectorEvalMetric,
-            r"VectorEvalMetric.evaluate_batch\(\) returned metric 'errors' with shape \(3,\); metrics must be scalars",
-        ),
-        (
             ListTrainResult,
             r"ListTrainResult.train_batch\(\) returned list; it must return a dict of metrics",
         ),
         (
             StringMetric,
-            r"StringMetric.evaluate_batch\(\) returned metric 'label' of type str; metrics must be numbers",
+            r"StringMetric.evaluate_batch\(\) returned metric 'label' whose values are not "
+            r"numbers of one shape, so its reducer cannot combine them",
+        ),
+        (
+            ObjectMetric,
+            r"ObjectMetric.train_batch\(\) returned metric 'model' holding a Linear; metrics "
+            r"must be numbers, tensors, numpy arrays, strings or lists/dicts of them",
         ),
     ],
 )
-def test_metrics_must_be_scalars(tmp_path, cls, match) -> None:
+def test_metrics_that_cannot_be_reported(tmp_path, cls, match) -> None:
     with pytest.raises(TrialDefinitionError, match=match):
         train(tmp_path, HP, trial_cls=cls, max_length=1)
 

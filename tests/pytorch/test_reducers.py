@@ -161,5 +161,80 @@ def test_unnamed_reducer_must_return_a_dict(tmp_path) -> None:
 
 def test_wrap_reducer_rejects_other_objects() -> None:
     ctx = pytorch.PyTorchTrialContext({})
-    with pytest.raises(TypeError, match="wrap_reducer\\(\\) needs a MetricReducer, got function"):
-        ctx.wrap_reducer(lambda values: values)  # type: ignore[arg-type]
+    match = r"wrap_reducer\(\) got int; pass a function of the list of values, or a "
+    with pytest.raises(TrialDefinitionError, match=match):
+        ctx.wrap_reducer(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"wrap_reducer\(\) got str"):  # as users catch it
+        ctx.wrap_reducer("sum")  # type: ignore[arg-type]
+    reducer = ExactMean()
+    ctx.wrap_reducer(reducer, name="m")
+    with pytest.raises(
+        TrialDefinitionError, match=r"wrap_reducer\(\) got the same ExactMean twice; wrap each"
+    ):
+        ctx.wrap_reducer(reducer, name="again")
+
+
+def median_of(values: list[Any]) -> float:
+    """A reducer function, as in Determined's docs: it gets every value given to update()."""
+    flat = sorted(float(v) for batch in values for v in batch)
+    mid = len(flat) // 2
+    return (flat[mid - 1] + flat[mid]) / 2 if len(flat) % 2 == 0 else flat[mid]
+
+
+class FunctionReducerTrial(ValuesTrial):
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        super().__init__(context)
+        self.seen: list[list[Any]] = []
+
+        def record_then_count(values: list[Any]) -> dict[str, Any]:
+            self.seen.append(list(values))
+            return {"updates": len(values), "first": values[0]}
+
+        self.median = context.wrap_reducer(median_of, name="median", for_training=False)
+        self.counts = context.wrap_reducer(record_then_count, for_validation=False)
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        self.counts.update(batch_idx)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+    def evaluate_batch(self, batch: Any) -> dict[str, Any]:
+        (x,) = batch
+        self.median.update(x.squeeze(1).tolist())
+        return super().evaluate_batch(batch)
+
+
+def test_wrap_reducer_accepts_a_function(tmp_path) -> None:
+    run = _validate(
+        tmp_path, FunctionReducerTrial, max_length=Batch(3), exp_conf={"scheduling_unit": 2}
+    )
+    assert isinstance(run.trial.median, pytorch.SimpleReducer)
+    # Validation records 0..9: the function got the three batches' lists, in order.
+    assert run.reports("validation")[-1].metrics["median"] == 4.5
+    # Training: a dict-valued function without a name reports its keys, per report window.
+    windows = [r.metrics for r in run.reports("training")]
+    assert [(m["updates"], m["first"]) for m in windows] == [(2, 0), (1, 2)]
+    assert run.trial.seen == [[0, 1], [2]]  # reset between windows
+
+
+def test_simple_reducer_interleaves_the_workers_values() -> None:
+    reducer = pytorch.SimpleReducer(lambda values: values)
+    # What allgather hands over with two workers: rank 0 saw batches 0, 2, 4; rank 1 saw 1, 3.
+    assert reducer.cross_slot_reduce([["b0", "b2", "b4"], ["b1", "b3"]]) == [
+        "b0",
+        "b1",
+        "b2",
+        "b3",
+        "b4",
+    ]
+
+
+class NamedDictTrial(ValuesTrial):
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        super().__init__(context)
+        context.wrap_reducer(lambda values: {"a": 1}, name="oops", for_training=False)
+
+
+def test_a_named_reducer_must_not_return_a_dict(tmp_path) -> None:
+    match = r"the reducer function <lambda>\(\) was wrapped with name='oops' but returned a dict"
+    with pytest.raises(TrialDefinitionError, match=match):
+        _validate(tmp_path, NamedDictTrial)

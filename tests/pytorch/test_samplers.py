@@ -10,49 +10,39 @@ from api_trials import LinearTrial, train
 from torch.utils.data import IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
 from searchlab import pytorch
+from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch import Batch, samplers
 
 
-def test_reproducible_shuffle_depends_on_seed_and_epoch_only() -> None:
-    s = samplers.ReproducibleShuffleSampler(range(20), seed=3)
+def test_epoch_shuffle_depends_on_seed_and_epoch_only() -> None:
+    s = samplers.EpochShuffleSampler(range(20), seed=3)
     epoch0 = list(s)
     torch.manual_seed(123)  # the global RNG plays no part
     assert list(s) == epoch0
     assert sorted(epoch0) == list(range(20)) and epoch0 != list(range(20))
     s.set_epoch(1)
     assert list(s) != epoch0 and sorted(s) == list(range(20))
-    other = samplers.ReproducibleShuffleSampler(range(20), seed=4)
+    other = samplers.EpochShuffleSampler(range(20), seed=4)
     assert list(other) != epoch0
     state = torch.get_rng_state()
     list(s)
     assert torch.equal(torch.get_rng_state(), state)
 
 
-def test_skip_and_repeat_samplers() -> None:
-    skip = samplers.SkipSampler(SequentialSampler(range(5)), 2)
-    assert list(skip) == [2, 3, 4] and len(skip) == 3
-    shuffled = samplers.ReproducibleShuffleSampler(range(3), seed=0)
-    repeat = iter(samplers.RepeatSampler(shuffled))
-    first, second = [next(repeat) for _ in range(3)], [next(repeat) for _ in range(3)]
-    shuffled.set_epoch(1)
-    assert second == list(shuffled)  # the next epoch's order, via set_epoch
-    assert sorted(first) == [0, 1, 2]
-
-
-def test_distributed_sampler_shards_interleave_and_pad() -> None:
+def test_epoch_sampler_shards_interleave_and_pad() -> None:
     base = SequentialSampler(range(10))
-    shards = [list(samplers.DistributedSampler(base, 3, r)) for r in range(3)]
-    assert shards == [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]  # padded from the start
-    assert all(len(samplers.DistributedSampler(base, 3, r)) == 4 for r in range(3))
-    unpadded = [list(samplers.DistributedSampler(base, 3, r, pad=False)) for r in range(3)]
-    assert sorted(i for shard in unpadded for i in shard) == list(range(10))
-    assert [len(samplers.DistributedSampler(base, 3, r, pad=False)) for r in range(3)] == [4, 3, 3]
-    with pytest.raises(ValueError, match=r"rank is 3, but must be in \[0, 3\)"):
-        samplers.DistributedSampler(base, 3, 3)
+    padded = [samplers.EpochSampler(base, 3, r) for r in range(3)]
+    assert [list(s) for s in padded] == [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
+    assert [len(s) for s in padded] == [4, 4, 4]  # every worker takes the same steps
+    unpadded = [samplers.EpochSampler(base, 3, r, pad=False) for r in range(3)]
+    assert [list(s) for s in unpadded] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert [len(s) for s in unpadded] == [4, 3, 3]
+    with pytest.raises(TrialDefinitionError, match=r"rank is 3, but must be in \[0, 3\)"):
+        samplers.EpochSampler(base, 3, 3)
 
 
 def test_epoch_sampler_selects_epoch_and_skips() -> None:
-    base = samplers.ReproducibleShuffleSampler(range(8), seed=1)
+    base = samplers.EpochShuffleSampler(range(8), seed=1)
     s = samplers.EpochSampler(base)
     s.set_position(2, 3)
     base.set_epoch(2)
@@ -124,16 +114,18 @@ class _Stream(IterableDataset):
 
 
 def test_data_loader_argument_errors() -> None:
-    with pytest.raises(TypeError, match=r"DataLoader needs a map-style dataset .* got _Stream"):
+    # TrialDefinitionErrors (the experiment stops with one line), and still the builtin
+    # errors Determined raised, for code that catches those.
+    with pytest.raises(TrialDefinitionError, match=r"needs a map-style dataset .* got _Stream"):
         pytorch.DataLoader(_Stream())
-    with pytest.raises(ValueError, match="batch_sampler is mutually exclusive"):
+    with pytest.raises(TypeError, match=r"DataLoader needs a map-style dataset"):
+        pytorch.DataLoader(_Stream())
+    with pytest.raises(TrialDefinitionError, match="batch_sampler is mutually exclusive"):
         pytorch.DataLoader(DATA, batch_size=2, batch_sampler=[[0, 1]])
-    with pytest.raises(ValueError, match="sampler is mutually exclusive with shuffle"):
+    with pytest.raises(ValueError, match="sampler is mutually exclusive with shuffle; shuffle"):
         pytorch.DataLoader(DATA, sampler=SequentialSampler(DATA), shuffle=True)
-    with pytest.raises(ValueError, match="batch_size=None is not supported"):
+    with pytest.raises(TrialDefinitionError, match="batch_size=None is not supported"):
         pytorch.DataLoader(DATA, batch_size=None)
-    with pytest.raises(ValueError, match="repeat=True is not supported"):
-        pytorch.DataLoader(DATA).get_data_loader(repeat=True)
 
 
 def test_get_data_loader_gives_a_torch_loader() -> None:

@@ -105,7 +105,7 @@ def test_default_checkpoint_dir_is_under_the_working_directory(tmp_path, monkeyp
 
 def test_load_trial_from_a_trainer_checkpoint(tmp_path) -> None:
     run = train(tmp_path, {**HP, "lr": 0.05}, max_length=Batch(3))
-    trial = pytorch.load_trial_from_checkpoint_path(run.path)
+    trial = pytorch.load_trial_from_checkpoint_path(run.path, trial_class=LinearTrial)
     assert isinstance(trial, LinearTrial)
     assert trial.hp == {**HP, "lr": 0.05}
     assert torch.equal(trial.model.weight, run.trial.model.weight)

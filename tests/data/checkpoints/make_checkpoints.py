@@ -7,6 +7,9 @@ epoch-stepped StepLR, dropout, shuffled data of 4 batches an epoch) after 6 batc
 
 - ``v2/``: searchlab's current layout, written by the ``Trainer`` (``state-dict.pth`` +
   ``metadata.json``); ``model_dir`` is blanked so the file names no path of this machine.
+  The checked-in one predates the plain form of ``np_rng_state`` (a tensor and numbers): it
+  holds ``np.random.get_state()``'s tuple, which loading must keep accepting, so it is not
+  rewritten.
 - ``v1_determined/``: the layout Determined's ``PyTorchTrialController._save`` wrote:
   ``state_dict.pth`` (torch schedulers' own state dicts, ``random_rng_state``),
   ``metadata.json`` with ``steps_completed`` and ``load_data.json`` naming the trial class.
@@ -30,6 +33,7 @@ sys.path.insert(0, str(HERE.parents[1] / "fixtures"))
 from toy_trials import ToyTrial  # noqa: E402
 
 from searchlab import pytorch  # noqa: E402
+from searchlab.pytorch._state import _numpy_state_from_saved  # noqa: E402
 
 HPARAMS = {"global_batch_size": 8, "n_train": 32, "hidden": 4, "lr": 0.1}
 SEED = 7
@@ -65,7 +69,7 @@ def write_v1_determined(checkpoint: pathlib.Path, out: pathlib.Path) -> None:
         "callbacks": {},
         "rng_state": {
             "cpu_rng_state": rng["cpu_rng_state"],
-            "np_rng_state": rng["np_rng_state"],
+            "np_rng_state": _numpy_state_from_saved(rng["np_rng_state"]),  # Determined's tuple
             "random_rng_state": rng["random_state"],
         },
     }
