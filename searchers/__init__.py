@@ -15,7 +15,14 @@ from typing import Any
 from searchers._base import Action, Decision, ExitReason, SearchMethod, TrialStart
 from searchers._sampled import SampledSearch
 from searchers._simple import GridSearch, RandomSearch, SingleSearch
-from searchers._space import HyperparameterSpace, flatten_hparams, unflatten_hparams
+from searchers._space import (
+    DEFAULT_MAX_GRID_TRIALS,
+    HyperparameterSpace,
+    check_grid_limit,
+    check_grid_size,
+    flatten_hparams,
+    unflatten_hparams,
+)
 from searchers._tpe import build_hparam_sampler
 from searchers.adaptive import (
     AdaptivePlan,
@@ -27,6 +34,7 @@ from searchlab.config import ExperimentConfig, SearcherName
 from searchlab.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_MAX_GRID_TRIALS",
     "SEARCHERS",
     "Action",
     "Decision",
@@ -36,6 +44,7 @@ __all__ = [
     "TrialStart",
     "adaptive_plan",
     "build_search_method",
+    "check_grid_size",
     "flatten_hparams",
     "preview_plan",
     "unflatten_hparams",
@@ -108,33 +117,58 @@ SEARCHERS: dict[SearcherName, Callable[[ExperimentConfig], SearchMethod]] = {
 }
 
 
-def build_search_method(cfg: ExperimentConfig) -> SearchMethod:
-    """The search method of ``cfg.searcher.name``."""
+def _trial_count(cfg: ExperimentConfig, max_grid_trials: int | None) -> int:
+    """How many trials a single, grid or random search runs (a grid is checked, never built)."""
+    s: Any = cfg.searcher
+    if s.name is SearcherName.GRID:
+        space = HyperparameterSpace(cfg.hyperparameters, grid=True)
+        return check_grid_size(space, max_grid_trials, cfg.source_name)
+    check_grid_limit(max_grid_trials)
+    return int(s.max_trials) if s.name is SearcherName.RANDOM else 1
+
+
+def build_search_method(
+    cfg: ExperimentConfig, *, max_grid_trials: int | None = DEFAULT_MAX_GRID_TRIALS
+) -> SearchMethod:
+    """The search method of ``cfg.searcher.name``.
+
+    Args:
+        cfg: A loaded config.
+        max_grid_trials: The most points a grid search may have (None: no limit); a bigger
+            grid is refused before anything is built. Grid points are made one at a time.
+
+    Raises:
+        ConfigError: For a grid over ``max_grid_trials`` (the message names the biggest axes
+            and ``--max-grid-trials``), or a bad ``max_grid_trials``.
+    """
     builder = SEARCHERS.get(cfg.searcher.name)
     if builder is None:
         valid = ", ".join(sorted(n.value for n in SEARCHERS))
         raise ConfigError(
             f"{cfg.source_name}: searcher.name: {cfg.searcher.name!r} is not a searcher; use one of {valid}"
         )
+    _trial_count(cfg, max_grid_trials)
     return builder(cfg)
 
 
-def preview_plan(cfg: ExperimentConfig) -> dict[str, Any]:
-    """What a config will run: brackets and how many trials train to each length."""
+def preview_plan(
+    cfg: ExperimentConfig, *, max_grid_trials: int | None = DEFAULT_MAX_GRID_TRIALS
+) -> dict[str, Any]:
+    """What a config will run: brackets and how many trials train to each length.
+
+    A grid's size is computed from its counts, so even a huge grid previews at once; one over
+    ``max_grid_trials`` (None: no limit) is refused as :func:`build_search_method` would.
+    """
     s: Any = cfg.searcher
     unit = s.max_length.unit.value
     if s.name in (SearcherName.ADAPTIVE_ASHA, SearcherName.ASYNC_HALVING):
+        check_grid_limit(max_grid_trials)
         # SPEC: the preview counts trials per length with `rt - max(int(rt/d), 1)` in both modes.
         plan = adaptive_plan(cfg).to_dict(stop_once=True)
         plan["unit"] = unit
         return plan
     length = s.max_length.value
-    if s.name is SearcherName.GRID:
-        n = HyperparameterSpace(cfg.hyperparameters, grid=True).grid_size()
-    elif s.name is SearcherName.RANDOM:
-        n = s.max_trials
-    else:
-        n = 1
+    n = _trial_count(cfg, max_grid_trials)
     concurrency = s.max_concurrent_trials or n
     return {
         "brackets": [

@@ -205,6 +205,9 @@ class SingleSearch(_FullLengthSearch):
 class GridSearch(_FullLengthSearch):
     """Every point of the grid, in SPEC order (the first leaf varies slowest).
 
+    A point is made when its trial starts, so a large grid starts at once in constant memory;
+    callers cap the grid's size first (:func:`searchers.build_search_method` does).
+
     Example:
         >>> space = HyperparameterSpace({"layers": {"type": "int", "minval": 8, "maxval": 64, "count": 4}})
         >>> search = GridSearch(space, 100, seed=0)
@@ -218,7 +221,8 @@ class GridSearch(_FullLengthSearch):
         self, space: HyperparameterSpace, max_length: int, *, seed: int = 0, **kwargs: Any
     ) -> None:
         super().__init__(max_length, seed, **kwargs)
-        self._points = space.grid()
+        self._space = space
+        self._size = space.grid_size()  # points are made one at a time, when a trial starts
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig) -> GridSearch:
@@ -234,25 +238,25 @@ class GridSearch(_FullLengthSearch):
     @property
     def num_points(self) -> int:
         """The size of the grid."""
-        return len(self._points)
+        return self._size
 
     def _next_hparams(self, trial_id: str) -> dict[str, Any] | None:
-        return self._points[self._started] if self._started < len(self._points) else None
+        return self._space.grid_point(self._started) if self._started < self._size else None
 
     @property
     def finished(self) -> bool:
         """True once every grid point was handed out."""
-        return self._started >= len(self._points)
+        return self._started >= self._size
 
     def state_dict(self) -> dict[str, Any]:
         """As the base, plus the grid size (checked on restore)."""
-        return {**super().state_dict(), "num_points": len(self._points)}
+        return {**super().state_dict(), "num_points": self._size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`; the grid must be the same size."""
-        if state.get("num_points") != len(self._points):
+        if state.get("num_points") != self._size:
             raise ValueError(
-                f"the grid has {len(self._points)} points, but the saved search had "
+                f"the grid has {self._size} points, but the saved search had "
                 f"{state.get('num_points')}; the hyperparameters changed"
             )
         super().load_state_dict(state)

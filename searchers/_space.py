@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import itertools
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from searchlab.config import (
@@ -27,9 +26,15 @@ if TYPE_CHECKING:
     from searchlab.config import ExperimentConfig
 
 __all__ = [
+    "DEFAULT_MAX_GRID_TRIALS",
     "HyperparameterSpace",
     "RandomSampler",
     "Sampler",
+    "axis_path",
+    "axis_size",
+    "axis_value",
+    "check_grid_limit",
+    "check_grid_size",
     "derive_seed",
     "flatten_hparams",
     "grid_values",
@@ -55,35 +60,60 @@ def _missing_count(spec: HParamSpec) -> ConfigError:
     )
 
 
-def _exponents(spec: HParamSpec, count: int) -> list[float]:
-    lo, hi = spec.minval, spec.maxval
-    if count == 1:
-        return [(lo + hi) / 2]
-    return [lo + i * (hi - lo) / (count - 1) for i in range(count)]
-
-
-def grid_values(spec: HParamSpec) -> list[Any]:
-    """The grid axis of one leaf, in order (see SPEC section 2, ``grid``).
+def axis_size(spec: HParamSpec) -> int:
+    """How many grid points one leaf has, without building them (SPEC section 2, ``grid``).
 
     Raises:
         ConfigError: If an int/double/log leaf has no ``count``.
     """
     if spec.type is HParamType.CONST:
-        return [spec.val]
+        return 1
     if spec.type is HParamType.CATEGORICAL:
-        return list(spec.vals)
+        return len(spec.vals)
     if spec.count is None:
         raise _missing_count(spec)
     if spec.type is HParamType.INT:
+        return min(spec.count, int(spec.maxval) - int(spec.minval) + 1)
+    return spec.count
+
+
+def axis_value(spec: HParamSpec, index: int) -> Any:
+    """The ``index``-th grid point of one leaf (0 <= index < :func:`axis_size`).
+
+    Raises:
+        ConfigError: If an int/double/log leaf has no ``count``.
+    """
+    count = axis_size(spec)
+    if spec.type is HParamType.CONST:
+        return spec.val
+    if spec.type is HParamType.CATEGORICAL:
+        return spec.vals[index]
+    if spec.type is HParamType.INT:
         lo, hi = int(spec.minval), int(spec.maxval)
-        count = min(spec.count, hi - lo + 1)
         if count == 1:
-            return [round_half_away((lo + hi) / 2)]
-        return [round_half_away(lo + (i * (hi - lo)) / (count - 1)) for i in range(count)]
-    points = _exponents(spec, spec.count)
-    if spec.type is HParamType.LOG:
-        return [spec.base**x for x in points]
-    return points
+            return round_half_away((lo + hi) / 2)
+        return round_half_away(lo + (index * (hi - lo)) / (count - 1))
+    low, high = spec.minval, spec.maxval
+    x = (low + high) / 2 if count == 1 else low + index * (high - low) / (count - 1)
+    return spec.base**x if spec.type is HParamType.LOG else x
+
+
+def grid_values(spec: HParamSpec) -> list[Any]:
+    """The grid axis of one leaf, in order (see SPEC section 2, ``grid``); a list, so for small axes.
+
+    Raises:
+        ConfigError: If an int/double/log leaf has no ``count``.
+    """
+    return [axis_value(spec, index) for index in range(axis_size(spec))]
+
+
+def axis_path(spec: HParamSpec) -> str:
+    """The YAML path that sets the size of a leaf's axis (``hyperparameters.lr.count``)."""
+    if spec.type is HParamType.CATEGORICAL:
+        return f"hyperparameters.{spec.name}.vals"
+    if spec.type is HParamType.CONST:
+        return f"hyperparameters.{spec.name}"
+    return f"hyperparameters.{spec.name}.count"
 
 
 def sample_value(spec: HParamSpec, rng: random.Random) -> Any:
@@ -201,22 +231,88 @@ class HyperparameterSpace:
         return [spec.name for spec in self._specs]
 
     def grid_size(self) -> int:
-        """The number of grid points."""
-        return math.prod(len(grid_values(spec)) for spec in self._specs)
-
-    def grid(self) -> list[dict[str, Any]]:
-        """Every grid point as nested hyperparameters; the first leaf varies slowest.
+        """The number of grid points (computed from the counts; nothing is built).
 
         Raises:
             ConfigError: If an int/double/log leaf has no ``count``.
         """
-        axes = [grid_values(spec) for spec in self._specs]
-        paths = [spec.path for spec in self._specs]
-        return [_nest(list(zip(paths, copy.deepcopy(point)))) for point in itertools.product(*axes)]
+        return math.prod(axis_size(spec) for spec in self._specs)
+
+    def grid_axes(self) -> list[tuple[str, int]]:
+        """``(yaml path, size)`` of each axis with more than one point, biggest first."""
+        axes = [(axis_path(spec), axis_size(spec)) for spec in self._specs]
+        return sorted((axis for axis in axes if axis[1] > 1), key=lambda axis: -axis[1])
+
+    def grid_point(self, index: int) -> dict[str, Any]:
+        """The ``index``-th grid point as nested hyperparameters; the first leaf varies slowest.
+
+        Raises:
+            IndexError: If ``index`` is not in ``range(grid_size())``.
+        """
+        size = self.grid_size()
+        if not 0 <= index < size:
+            raise IndexError(f"grid point {index} out of range; the grid has {size:,} points")
+        pairs: list[tuple[Sequence[str], Any]] = []
+        for spec in reversed(self._specs):
+            index, digit = divmod(index, axis_size(spec))
+            pairs.append((spec.path, copy.deepcopy(axis_value(spec, digit))))
+        return _nest(pairs[::-1])
+
+    def grid(self) -> Iterator[dict[str, Any]]:
+        """Every grid point in order, made one at a time (constant memory, however large).
+
+        Raises:
+            ConfigError: If an int/double/log leaf has no ``count``.
+        """
+        return (self.grid_point(index) for index in range(self.grid_size()))
 
     def sample(self, rng: random.Random) -> dict[str, Any]:
         """One random point as nested hyperparameters (one draw per non-constant leaf, in order)."""
         return _nest([(spec.path, sample_value(spec, rng)) for spec in self._specs])
+
+
+DEFAULT_MAX_GRID_TRIALS = 100_000
+"""The most grid points a grid search runs unless told otherwise (``--max-grid-trials``)."""
+
+
+def check_grid_limit(limit: int | None) -> None:
+    """Refuse a ``max_grid_trials`` that is not None or an integer >= 1."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(
+            f"max_grid_trials (--max-grid-trials): must be an integer >= 1, or None for no "
+            f"limit, got {limit!r}"
+        )
+
+
+def check_grid_size(space: HyperparameterSpace, limit: int | None, source: str) -> int:
+    """The grid's size, refused when over ``limit`` (None: no limit); computed, never built.
+
+    Args:
+        space: A grid space (every int/double/log leaf has ``count``).
+        limit: The most grid points allowed.
+        source: The config's name for messages (``grid.yaml``).
+
+    Returns:
+        The number of grid points.
+
+    Raises:
+        ConfigError: ``grid.yaml: hyperparameters.a.count: grid search would run ... trials``,
+            naming the biggest axes and ``--max-grid-trials``.
+    """
+    check_grid_limit(limit)
+    size = space.grid_size()
+    if limit is None or size <= limit:
+        return size
+    axes = space.grid_axes()
+    shown = " x ".join(f"{path} {count:,}" for path, count in axes[:3])
+    if len(axes) > 3:
+        more = len(axes) - 3
+        shown += f" x {more} more ax{'es' if more > 1 else 'is'}"
+    raise ConfigError(
+        f"{source}: {axes[0][0]}: grid search would run {size:,} trials ({shown}), more than "
+        f"the limit of {limit:,}; lower the counts, or allow it with --max-grid-trials {size} "
+        f"(max_grid_trials={size} in Python)"
+    )
 
 
 @runtime_checkable

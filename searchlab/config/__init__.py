@@ -30,6 +30,7 @@ from searchlab.config._model import (
     ResourcesConfig,
     StorageType,
 )
+from searchlab.config._names import MAX_DIR_NAME_LENGTH, check_dir_name, experiment_dir_name
 from searchlab.config._searchers import (
     SEARCHER_ALIASES,
     AdaptiveASHAConfig,
@@ -43,9 +44,14 @@ from searchlab.config._searchers import (
     SingleConfig,
     TimeMetric,
 )
+from searchlab.config._yaml import MAX_CONFIG_BYTES, MAX_EXPANDED_VALUES, MAX_NESTING
 
 __all__ = [
     "CLUSTER_ONLY_FIELDS",
+    "MAX_CONFIG_BYTES",
+    "MAX_DIR_NAME_LENGTH",
+    "MAX_EXPANDED_VALUES",
+    "MAX_NESTING",
     "SEARCHER_ALIASES",
     "AdaptiveASHAConfig",
     "AdaptiveMode",
@@ -71,6 +77,8 @@ __all__ = [
     "SingleConfig",
     "StorageType",
     "TimeMetric",
+    "check_dir_name",
+    "experiment_dir_name",
     "format_validation_error",
     "load_experiment_config",
     "parse_hyperparameters",

@@ -5,19 +5,19 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-import re
 import types
 import typing
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from searchlab.config._keys import unknown_keys
 from searchlab.config._length import ConfigFieldError
 from searchlab.config._model import ExperimentConfig
 from searchlab.config._searchers import SEARCHER_CONFIGS, SearcherName
+from searchlab.config._yaml import check_expanded_size, parse_yaml, read_config_text
 from searchlab.errors import ConfigError
 
 __all__ = [
@@ -76,71 +76,17 @@ class IgnoredFieldWarning(UserWarning):
     """A Determined cluster-only field that searchlab accepts and ignores."""
 
 
-class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 floats (``1e-4`` is a number, as in Determined) and no duplicate keys."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, typing.Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}; keep only one", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_FLOAT_TAG = "tag:yaml.org,2002:float"
-_YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT_TAG]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_YamlLoader.add_implicit_resolver(
-    _FLOAT_TAG,
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def _parse_yaml(text: str, name: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_YamlLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<yaml>"
-        problem = exc.problem or exc.context or "syntax error"
-        fix = "" if "duplicate key" in problem else "; fix the syntax there"
-        raise ConfigError(f"{name}: {where}: invalid YAML: {problem}{fix}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: <yaml>: invalid YAML: {' '.join(str(exc).split())}") from None
-
-
 def _read_source(
     source: str | os.PathLike[str] | dict[str, Any],
 ) -> tuple[dict[str, Any], str, str]:
     """The raw config, the name used in messages and the default model directory."""
     if isinstance(source, dict):
+        check_expanded_size(source, DICT_SOURCE)  # before deepcopy, which recurses
         return copy.deepcopy(source), DICT_SOURCE, os.getcwd()
     path = os.path.abspath(os.fspath(source))
     name = os.path.basename(path)
-    try:
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
-    except FileNotFoundError:
-        raise ConfigError(f"{name}: file not found: {path}; check the path") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{name}: is a directory, not a YAML file: {path}") from None
-    raw = _parse_yaml(text, name)
+    text = read_config_text(path, name)
+    raw = parse_yaml(text, name)
     if raw is None:
         raise ConfigError(
             f"{name}: <root>: the file is empty; expected entrypoint, hyperparameters, searcher"
@@ -161,7 +107,7 @@ def _apply_override(raw: dict[str, Any], override: str, name: str) -> None:
             f"{name}: {key or '<override>'}: bad override {override!r}; "
             "write key.path=value, e.g. searcher.max_trials=4"
         )
-    value = _parse_yaml(text, f"{name}: {key}: override value") if text.strip() else None
+    value = parse_yaml(text, f"{name}: {key}: override value") if text.strip() else None
     node: Any = raw
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -196,6 +142,16 @@ def _drop_cluster_fields(raw: dict[str, Any], name: str) -> None:
             )
 
 
+def _refuse_unknown_keys(raw: dict[str, Any], name: str) -> None:
+    """Name a misspelled key before the missing key it causes (and before any other problem)."""
+    problems = unknown_keys(raw, CLUSTER_ONLY_FIELDS)
+    if problems:
+        path, message = problems[0]
+        more = len(problems) - 1
+        also = f" (and {more} more unknown key{'s' if more > 1 else ''})" if more else ""
+        raise ConfigError(f"{name}: {path}: {message}{also}")
+
+
 def load_experiment_config(
     source: str | os.PathLike[str] | dict[str, Any],
     overrides: Sequence[str] = (),
@@ -226,6 +182,8 @@ def load_experiment_config(
     for override in overrides:
         _apply_override(raw, override, name)
     _drop_cluster_fields(raw, name)
+    check_expanded_size(raw, name)
+    _refuse_unknown_keys(raw, name)
     try:
         cfg = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from searchlab.config._hparams import validate_hyperparameters
+from searchlab.config._hparams import check_global_batch_size, validate_hyperparameters
 from searchlab.config._length import ConfigFieldError, Length
 from searchlab.config._searchers import SearcherConfig, SearcherName, normalise_searcher_name
 
@@ -272,6 +272,7 @@ class ExperimentConfig(_Section):
     def _check_hyperparameters(self) -> ExperimentConfig:
         grid = self.searcher.name is SearcherName.GRID
         self.hyperparameters = validate_hyperparameters(self.hyperparameters, grid=grid)
+        check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
         return self
 
     @property

@@ -270,6 +270,36 @@ def test_time_metric_and_max_time_become_max_length(time_metric: str, unit: Leng
     assert cfg.to_dict()["searcher"]["max_length"] == {time_metric: 7}
 
 
+DETERMINED_038_SEARCHER = """
+name: mnist_pytorch_adaptive_038
+entrypoint: model_def:MNistTrial
+hyperparameters:
+  global_batch_size: 64
+  learning_rate: {type: log, base: 10, minval: -4, maxval: -1}
+searcher:
+  name: adaptive_asha
+  metric: validation_loss
+  max_trials: 16
+  time_metric: UNIT
+  max_time: 937
+"""
+
+
+@pytest.mark.parametrize("unit", ["batches", "epochs"])
+def test_determined_038_time_metric_file_means_max_length(tmp_path: Path, unit: str) -> None:
+    new_text = DETERMINED_038_SEARCHER.replace("UNIT", unit)
+    new = load_experiment_config(write(tmp_path, new_text, "new.yaml"))
+    old_text = new_text.replace(
+        f"  time_metric: {unit}\n  max_time: 937\n", f"  max_length: {{{unit}: 937}}\n"
+    )
+    assert "max_time" not in old_text
+    old = load_experiment_config(write(tmp_path, old_text, "old.yaml"))
+
+    assert new.searcher.max_length == old.searcher.max_length == Length.parse({unit: 937})
+    new_searcher, old_searcher = new.to_dict()["searcher"], old.to_dict()["searcher"]
+    assert new_searcher == old_searcher
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

@@ -122,3 +122,44 @@ def test_a_bad_config_is_one_line_and_exit_2(
     assert err.startswith("searchlab: error: ")
     assert "searcher.max_trials" in err
     assert len(err.strip().splitlines()) == 1
+
+
+HUGE_GRID = """\
+name: preview-huge
+entrypoint: model_def:Trial
+hyperparameters:
+  a: {type: int, minval: 0, maxval: 2000000000, count: 1e9}
+  b: {type: double, minval: 0.0, maxval: 1.0, count: 1000000}
+searcher: {name: grid, metric: validation_loss, max_length: {batches: 10}}
+"""
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_grid_is_refused_at_once_with_the_way_to_allow_it(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+):
+    config = _write(tmp_path, HUGE_GRID)
+
+    assert main(["preview", config]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "searchlab: error: config.yaml: hyperparameters.a.count: grid search would run "
+        "1,000,000,000,000,000 trials (hyperparameters.a.count 1,000,000,000 x "
+        "hyperparameters.b.count 1,000,000), more than the limit of 100,000"
+    )
+    assert "--max-grid-trials 1000000000000000" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(20)
+def test_a_fractional_count_is_one_line_and_exit_2(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+):
+    config = _write(tmp_path, GRID.replace("count: 3", "count: 1.5"))
+
+    assert main(["preview", config]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "searchlab: error: config.yaml: hyperparameters.lr.count: must be an integer >= 1 "
+        "(the number of points on this axis), got 1.5"
+    )

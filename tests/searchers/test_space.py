@@ -107,7 +107,7 @@ def test_grid_order_first_sorted_key_varies_slowest() -> None:
             "c": 0,
         }
     )
-    assert space.grid() == [
+    assert list(space.grid()) == [
         {"a": "x", "b": 1, "c": 0},
         {"a": "x", "b": 2, "c": 0},
         {"a": "y", "b": 1, "c": 0},
@@ -125,7 +125,7 @@ def test_nested_groups_in_the_grid() -> None:
             "batch": {"type": "categorical", "vals": [32, 64]},
         }
     )
-    points = space.grid()
+    points = list(space.grid())
     assert len(points) == space.grid_size() == 8
     assert points[0] == {"batch": 32, "optimizer": {"lr": pytest.approx(0.01), "momentum": 0.0}}
     assert points[1]["optimizer"]["momentum"] == 0.9
@@ -147,9 +147,11 @@ def test_keys_are_sorted_per_level_not_as_dotted_strings() -> None:
 
 
 def test_grid_points_do_not_share_mutable_values() -> None:
-    points = HyperparameterSpace(
-        {"x": {"type": "const", "val": [1]}, "y": {"type": "categorical", "vals": [1, 2]}}
-    ).grid()
+    points = list(
+        HyperparameterSpace(
+            {"x": {"type": "const", "val": [1]}, "y": {"type": "categorical", "vals": [1, 2]}}
+        ).grid()
+    )
     points[0]["x"].append(2)
     assert points[1]["x"] == [1]
 
