@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from searchers._base import Action, Decision, ExitReason, SearchMethod, TrialStart
+from searchers._driver import Choice, Phase, RunnerStatus, SearchDriver, TrialPlan
 from searchers._sampled import SampledSearch
 from searchers._simple import GridSearch, RandomSearch, SingleSearch
 from searchers._space import (
@@ -37,10 +38,15 @@ __all__ = [
     "DEFAULT_MAX_GRID_TRIALS",
     "SEARCHERS",
     "Action",
+    "Choice",
     "Decision",
     "ExitReason",
     "HyperparameterSpace",
+    "Phase",
+    "RunnerStatus",
+    "SearchDriver",
     "SearchMethod",
+    "TrialPlan",
     "TrialStart",
     "adaptive_plan",
     "build_search_method",

@@ -4,9 +4,16 @@ Example:
     >>> import searchlab
     >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist_pytorch")
     >>> results.trials.head()
+
+The package imports lazily: ``import searchlab`` (or ``searchlab.errors``, or a trial worker's
+``searchlab.pytorch``) loads neither Ray, pandas nor the experiment layer until one of their
+names is used.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from searchlab.errors import (
     CheckpointError,
@@ -15,8 +22,10 @@ from searchlab.errors import (
     SearchlabError,
     TrialDefinitionError,
 )
-from searchlab.experiment import resume, run
-from searchlab.results import Results, load_results
+
+if TYPE_CHECKING:
+    from searchlab.experiment import resume, run
+    from searchlab.results import Results, load_results
 
 __all__ = [
     "CheckpointError",
@@ -31,3 +40,26 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+_SUBMODULES = ("pytorch", "tensorboard", "results", "experiment", "config")
+_LAZY = {
+    "run": "searchlab.experiment",
+    "resume": "searchlab.experiment",
+    "Results": "searchlab.results",
+    "load_results": "searchlab.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"searchlab.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'searchlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
