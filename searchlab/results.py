@@ -2,64 +2,37 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from searchlab._lock import driver_alive
+from searchlab._results._analysis import (
+    best_rows,
+    finite,
+    flatten_hparams,
+    hyperparameter_importance,
+    learning_curves,
+)
+from searchlab._results._records import (
+    TRIALS_FILE,
+    PathResolver,
+    read_experiment,
+    read_records,
+    rebuild_records,
+    saved_checkpoints,
+)
+from searchlab._results._reports import ResultFile, read_reports
 from searchlab.errors import SearchlabError
+
+if TYPE_CHECKING:
+    from searchlab.pytorch import PyTorchTrial
 
 __all__ = ["Results", "load_results"]
 
-_TUNE_KEYS = {
-    "timestamp",
-    "training_iteration",
-    "time_this_iter_s",
-    "time_total_s",
-    "pid",
-    "hostname",
-    "node_ip",
-    "config",
-    "date",
-    "done",
-    "trial_id",
-    "should_checkpoint",
-    "checkpoint_dir_name",
-    "iterations_since_restore",
-    "time_since_restore",
-    "experiment_tag",
-    "group",
-    "batches",
-    "epochs",
-}
-
 _TRIAL_EXTRAS = ("bracket", "rung", "restarts", "trial_seed", "error", "warnings")
-
-
-def _flatten(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in sorted(hparams):
-        value = hparams[key]
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _mark_superseded(rows: list[dict[str, Any]], trial_id: str) -> None:
-    """A trial restarted from a checkpoint re-reports some batches: the earlier run's reports
-    at or past the new report's batch belong to a timeline that was rolled back."""
-    new = rows[-1]
-    for row in rows[:-1]:
-        if row["trial_id"] != trial_id:
-            continue
-        later = row["batches"] > new["batches"]
-        repeated = row["batches"] == new["batches"] and row["group"] == new["group"]
-        if later or repeated:
-            row["_superseded"] = True
 
 
 class Results:
@@ -67,99 +40,98 @@ class Results:
 
     ``metrics`` holds each trial's history as it stands: when a trial was restored from a
     checkpoint (a retry, a resumed experiment), the reports of the work it redid replace the
-    earlier ones. ``all_reports`` keeps every report, with ``superseded`` marking those.
+    earlier ones. ``all_reports`` keeps every report, with ``superseded`` marking those. Both
+    have ``timestamp`` (the report's wall-clock time, UTC) and ``elapsed_s`` (seconds since the
+    experiment's first report).
+
+    Paths (``trials["checkpoint"]``) are absolute paths inside this experiment directory, also
+    when the directory was copied or moved after the run.
 
     Example:
         >>> results = searchlab.load_results("searchlab-results/mnist-grid")
         >>> results.trials[["trial_id", "state", "learning_rate", "best_validation_loss"]]
-        >>> trial = results.load_trial(results.best_trial()["trial_id"])
+        >>> results.learning_curves().plot()
+        >>> trial = results.load_trial(results.best_trial()["trial_id"], trial_class=MnistTrial)
     """
 
-    def __init__(self, experiment_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, experiment_dir: str | os.PathLike[str], *, rebuild: bool = False) -> None:
         self.experiment_dir = pathlib.Path(experiment_dir).resolve()
-        meta_file = self.experiment_dir / "experiment.json"
-        if not meta_file.is_file():
-            raise SearchlabError(
-                f"{self.experiment_dir}: not a searchlab experiment directory (no experiment.json)"
-            )
-        self.experiment = json.loads(meta_file.read_text())
-        self.metric: str = self.experiment["metric"]
+        self.experiment: dict[str, Any] = read_experiment(self.experiment_dir)
+        self.metric: str = str(self.experiment["metric"])
         self.smaller_is_better: bool = bool(self.experiment["smaller_is_better"])
-        self._records = self._read_records()
-        self.all_reports = self._metrics_frame()
+        self._paths = PathResolver(self.experiment_dir)
+        records = None if rebuild else read_records(self.experiment_dir)
+        self._rebuilt = records is None
+        self._records = rebuild_records(self.experiment_dir) if records is None else records
+        if not driver_alive(self.experiment_dir):
+            for rec in self._records:  # its driver died (or a full disk stopped its writes):
+                if rec.get("state") == "RUNNING":  # the trial is paused at its checkpoint
+                    rec["state"] = "PAUSED"
+        self.all_reports = read_reports([self._result_file(rec) for rec in self._records])
         superseded = self.all_reports["superseded"].astype(bool)
         self.metrics = self.all_reports.loc[~superseded].drop(columns="superseded")
+        if self._rebuilt:
+            self._fill_rebuilt_records()
         self.trials = self._trials_frame()
+        self._paths.warn_ignored(self.experiment_dir / TRIALS_FILE)
 
-    def _read_records(self) -> list[dict[str, Any]]:
-        path = self.experiment_dir / "trials.json"
-        if path.is_file():
-            try:
-                return list(json.loads(path.read_text())["trials"])
-            except (ValueError, KeyError):
-                pass
-        records = []  # no driver record (it died early): rebuild from Tune's trial directories
-        for params in sorted(self.experiment_dir.glob("*/params.json")):
-            config = json.loads(params.read_text())
-            records.append(
-                {
-                    "trial_id": params.parent.name,
-                    "state": "UNKNOWN",
-                    "hparams": config.get("hparams", {}),
-                    "trial_dir": str(params.parent),
-                }
-            )
-        return records
+    def _result_file(self, rec: dict[str, Any]) -> ResultFile:
+        trial_id = rec["trial_id"]
+        candidates = (
+            self._paths.trial_dir(rec.get("trial_dir"), trial_id),
+            self._paths.own_trial_dir(trial_id),
+        )
+        paths = tuple(dict.fromkeys(os.path.join(c, "result.json") for c in candidates if c))
+        return ResultFile(trial_id, paths)
 
-    def _trial_dir(self, rec: dict[str, Any]) -> pathlib.Path:
-        own = self.experiment_dir / rec["trial_id"]
-        return own if own.is_dir() else pathlib.Path(rec.get("trial_dir") or own)
-
-    def _metrics_frame(self) -> pd.DataFrame:
-        rows: list[dict[str, Any]] = []
+    def _fill_rebuilt_records(self) -> None:
+        """What a rebuilt record can know: batches and metrics from the reports, checkpoints
+        from the trial directories."""
+        validation = self.metrics[self.metrics["group"] == "validation"]
+        best = last = None
+        if self.metric in validation:
+            values = validation.groupby("trial_id", sort=False)[self.metric]
+            best = values.min() if self.smaller_is_better else values.max()
+            last = values.last()
+        batches = self.metrics.groupby("trial_id", sort=False)["batches"].max()
         for rec in self._records:
-            result_file = self._trial_dir(rec) / "result.json"
-            if not result_file.is_file():
-                continue
-            for line in result_file.read_text().splitlines():
-                try:
-                    result = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a crash
-                if result.get("group") not in ("training", "validation"):
-                    continue
-                row = {
-                    "trial_id": rec["trial_id"],
-                    "group": result["group"],
-                    "batches": result.get("batches"),
-                    "epochs": result.get("epochs"),
-                    "_superseded": False,
-                }
-                row.update(
-                    {
-                        k: v
-                        for k, v in result.items()
-                        if k not in _TUNE_KEYS and not k.startswith("searchlab_")
-                    }
-                )
-                rows.append(row)
-                _mark_superseded(rows, rec["trial_id"])
-        columns = ["trial_id", "group", "batches", "epochs"]
-        frame = pd.DataFrame(rows)
-        if frame.empty:
-            return pd.DataFrame(columns=[*columns, "superseded"])
-        frame["superseded"] = frame.pop("_superseded").astype(bool)
-        return frame[columns + [c for c in frame.columns if c not in columns]]
+            trial_id = rec["trial_id"]
+            rec["batches"] = _most_batches(batches, trial_id)
+            rec["best_metric"] = finite(best.get(trial_id)) if best is not None else None
+            rec["last_metric"] = finite(last.get(trial_id)) if last is not None else None
+            self._find_checkpoints(rec)
+
+    def _find_checkpoints(self, rec: dict[str, Any]) -> None:
+        trial_dir = self._paths.trial_dir(rec["trial_dir"], rec["trial_id"])
+        if trial_dir is None:
+            return
+        saved = saved_checkpoints(trial_dir, rec.pop("_checkpoints", []))
+        sign = 1.0 if self.smaller_is_better else -1.0
+        scored = []
+        for path, meta in saved:
+            value = finite((meta.get("metrics") or {}).get(self.metric))
+            if value is not None:
+                scored.append((sign * value, -_batches(meta), path))
+        rec["checkpoint"] = min(scored)[2] if scored else None
+        latest = max(saved, key=lambda s: _batches(s[1]), default=None)
+        rec["latest_checkpoint"] = latest[0] if latest else None
 
     def _trials_frame(self) -> pd.DataFrame:
+        batches = pd.Series(dtype="float64")
+        if any("batches" not in rec for rec in self._records):
+            batches = self.metrics.groupby("trial_id", sort=False)["batches"].max()
         rows = []
         for rec in self._records:
-            row: dict[str, Any] = {"trial_id": rec["trial_id"], "state": rec.get("state")}
-            row.update(_flatten(rec.get("hparams", {})))
-            row["batches"] = rec.get("batches", self._batches_from_metrics(rec["trial_id"]))
+            trial_id = rec["trial_id"]
+            row: dict[str, Any] = {"trial_id": trial_id, "state": rec.get("state")}
+            row.update(flatten_hparams(rec.get("hparams") or {}))
+            if "batches" in rec:
+                row["batches"] = rec["batches"]
+            else:
+                row["batches"] = _most_batches(batches, trial_id)
             row[f"best_{self.metric}"] = rec.get("best_metric")
             row[f"last_{self.metric}"] = rec.get("last_metric")
-            row["checkpoint"] = rec.get("checkpoint")
+            row["checkpoint"] = self._paths.checkpoint(rec.get("checkpoint"), trial_id)
             for key in _TRIAL_EXTRAS:
                 row[key] = rec.get(key)
             rows.append(row)
@@ -170,65 +142,156 @@ class Results:
             )
         return pd.DataFrame(rows)
 
-    def _batches_from_metrics(self, trial_id: str) -> int:
-        own = self.metrics[self.metrics["trial_id"] == trial_id]
-        return int(own["batches"].max()) if len(own) else 0
-
     def best_trial(self) -> pd.Series:
         """The row of ``trials`` with the best searcher metric."""
-        column = f"best_{self.metric}"
-        ranked = self.trials.dropna(subset=[column])
-        if ranked.empty:
+        ranked = self.best_trials(n=1)
+        if ranked.empty or pd.isna(ranked.iloc[0][f"best_{self.metric}"]):
             raise SearchlabError(f"{self.experiment_dir}: no trial reported {self.metric} yet")
-        idx = ranked[column].idxmin() if self.smaller_is_better else ranked[column].idxmax()
-        return ranked.loc[idx]
+        return ranked.iloc[0]
+
+    def best_trials(self, n: int = 5) -> pd.DataFrame:
+        """The ``n`` best rows of ``trials`` by the searcher metric, best first (no value last).
+
+        Example:
+            >>> results.best_trials(3)[["trial_id", "best_validation_loss", "checkpoint"]]
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SearchlabError(f"The value of `n` is {n!r}, but must be an integer `n >= 1`")
+        return best_rows(self.trials, f"best_{self.metric}", self.smaller_is_better, n)
 
     def best_checkpoint(self) -> str | None:
         """The checkpoint directory of the best trial at its best validation."""
-        return self.best_trial()["checkpoint"]
+        checkpoint = self.best_trial()["checkpoint"]
+        return checkpoint if isinstance(checkpoint, str) else None
 
-    def load_trial(self, trial_id: str, checkpoint: str | None = None) -> Any:
-        """The trial instance with the weights of its best (or the given) checkpoint."""
+    def learning_curves(self, metric: str | None = None, group: str | None = None) -> pd.DataFrame:
+        """One column per trial with ``metric`` by batches (superseded reports left out).
+
+        ``metric`` defaults to the searcher metric. ``group`` (``training`` or ``validation``)
+        defaults to the group whose reports hold the metric.
+
+        Example:
+            >>> results.learning_curves().plot(logy=True)
+            >>> results.learning_curves("loss")  # training loss
+        """
+        return learning_curves(
+            self.metrics, metric or self.metric, group, self.experiment_dir, self.metric
+        )
+
+    def hyperparameter_importance(self) -> pd.Series:
+        """How much each hyperparameter explains the searcher metric, by Optuna's fANOVA.
+
+        Uses every trial with a finite best metric, and the ranges of the experiment's
+        ``hyperparameters`` (constants are left out). Seeded, so the same results give the same
+        importances. Needs scikit-learn.
+
+        Example:
+            >>> results.hyperparameter_importance()
+            optimizer.lr    0.81
+            hidden          0.19
+        """
+        return hyperparameter_importance(
+            self.trials,
+            self._records,
+            (self.experiment.get("config") or {}).get("hyperparameters") or {},
+            metric=self.metric,
+            smaller_is_better=self.smaller_is_better,
+            where=self.experiment_dir,
+        )
+
+    def load_trial(
+        self,
+        trial_id: str,
+        checkpoint: str | os.PathLike[str] | None = None,
+        *,
+        trial_class: type[PyTorchTrial] | None = None,
+        trusted: bool = False,
+    ) -> PyTorchTrial:
+        """The trial instance with the weights of its best (or the given) checkpoint.
+
+        The trial class is ``trial_class``. Only with ``trusted=True`` is it imported from the
+        entrypoint and model directory that ``experiment.json`` names (a data file then decides
+        which code runs, and the checkpoint is unpickled without restriction).
+
+        Example:
+            >>> trial = results.load_trial(best["trial_id"], trial_class=MnistTrial)
+        """
         from searchlab.pytorch import load_trial_class, load_trial_from_checkpoint_path
 
         rows = self.trials[self.trials["trial_id"] == trial_id]
         if rows.empty:
             raise SearchlabError(f"{self.experiment_dir}: no trial {trial_id!r}")
-        path = checkpoint or rows.iloc[0]["checkpoint"]
-        if not path:
+        path = os.fspath(checkpoint) if checkpoint is not None else rows.iloc[0]["checkpoint"]
+        if not isinstance(path, str) or not path:
             raise SearchlabError(f"trial {trial_id} has no checkpoint")
-        cls = load_trial_class(self.experiment["entrypoint"], self.experiment["model_dir"])
-        return load_trial_from_checkpoint_path(path, trial_class=cls)
+        if checkpoint is None and not self._paths.inside(path):
+            raise SearchlabError(
+                f"trial {trial_id}: checkpoint {path} leads outside the experiment directory "
+                f"{self.experiment_dir}; pass the checkpoint to load explicitly"
+            )
+        cls = trial_class
+        if cls is None:
+            entrypoint, model_dir = (
+                self.experiment.get("entrypoint"),
+                self.experiment.get("model_dir"),
+            )
+            if not trusted:
+                raise SearchlabError(
+                    f"{self.experiment_dir / 'experiment.json'} names the entrypoint "
+                    f"{entrypoint!r} in {model_dir}, and load_trial does not import code that a "
+                    "data file names: pass trial_class=YourTrial, or trusted=True to import it "
+                    "from there"
+                )
+            cls = load_trial_class(str(entrypoint), model_dir)
+        return load_trial_from_checkpoint_path(path, trial_class=cls, trusted=trusted)
 
     def summary(self) -> str:
+        """A few lines: the directory, the trials by state, and the best trial."""
         lines = [f"experiment directory: {self.experiment_dir}"]
         states = self.trials["state"].value_counts().to_dict() if len(self.trials) else {}
-        counts = ", ".join(f"{n} {s.lower()}" for s, n in states.items())
+        counts = ", ".join(f"{n} {str(s).lower()}" for s, n in states.items())
         lines.append(f"trials: {counts or 'none yet'}")
         try:
             best = self.best_trial()
         except SearchlabError:
             lines.append("no trial reported the searcher metric")
             return "\n".join(lines)
-        hparams = {
-            k: best[k]
-            for k in self.trials.columns
-            if k in _flatten(self._hparams_of(best["trial_id"]))
-        }
+        names = flatten_hparams(self._hparams_of(best["trial_id"]))
+        hparams = {k: best[k] for k in self.trials.columns if k in names}
         lines.append(
             f"best trial: {best['trial_id']}  {self.metric}={best[f'best_{self.metric}']:.6g}"
         )
         lines.append("  hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hparams.items()))
-        lines.append(f"  checkpoint: {best['checkpoint']}")
+        checkpoint = best["checkpoint"]
+        lines.append(f"  checkpoint: {checkpoint if isinstance(checkpoint, str) else 'none'}")
         return "\n".join(lines)
 
     def _hparams_of(self, trial_id: str) -> dict[str, Any]:
         for rec in self._records:
             if rec["trial_id"] == trial_id:
-                return dict(rec.get("hparams", {}))
+                return dict(rec.get("hparams") or {})
         return {}
 
 
-def load_results(experiment_dir: str | os.PathLike[str]) -> Results:
-    """Read an experiment directory (finished, running or crashed) into a :class:`Results`."""
-    return Results(experiment_dir)
+def _most_batches(batches: pd.Series, trial_id: str) -> int:
+    value = finite(batches.get(trial_id))
+    return int(value) if value is not None else 0
+
+
+def _batches(meta: dict[str, Any]) -> int:
+    try:
+        return int(meta.get("batches_trained", -1))
+    except (TypeError, ValueError):
+        return -1
+
+
+def load_results(experiment_dir: str | os.PathLike[str], *, rebuild: bool = False) -> Results:
+    """Read an experiment directory (finished, running or crashed) into a :class:`Results`.
+
+    With ``rebuild=True`` the trial records are rebuilt from the trial directories instead of
+    read from ``trials.json`` (for a damaged file): states are then ``UNKNOWN``.
+
+    Example:
+        >>> results = searchlab.load_results("searchlab-results/mnist-grid")
+    """
+    return Results(experiment_dir, rebuild=rebuild)

@@ -1,0 +1,131 @@
+"""Helpers the benchmark scripts share: the machine, a table, the JSON result, ``--quick``.
+
+    from _common import add_common_args, machine_info, print_table, result_path, write_result
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser)                      # --quick (alias --smoke) and --out
+    args = parser.parse_args()
+    print_table(rows, ["size", "seconds"])
+    write_result(result_path("my_bench", args), summary={"seconds": 1.2}, rows=rows)
+
+A result file is ``{"summary": {...}, <sections>..., "machine": {...}}``. ``--quick`` runs tiny
+sizes anywhere (CPU) and writes under ``$TMPDIR/searchlab-bench-smoke/``, never over the real
+results in ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "RESULTS_DIR",
+    "add_common_args",
+    "machine_info",
+    "print_table",
+    "result_path",
+    "write_result",
+]
+
+RESULTS_DIR = pathlib.Path(__file__).resolve().parent / "results"
+QUICK_DIR = pathlib.Path(tempfile.gettempdir()) / "searchlab-bench-smoke"
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--quick`` (also ``--smoke``): tiny sizes; ``--out``: where the JSON goes."""
+    parser.add_argument(
+        "--quick",
+        "--smoke",
+        dest="quick",
+        action="store_true",
+        help=f"tiny sizes on any machine; the result goes to {QUICK_DIR}",
+    )
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="the JSON file to write")
+
+
+def result_path(name: str, args: argparse.Namespace) -> pathlib.Path:
+    """``--out``, else ``benchmarks/results/<name>.json`` (``--quick``: the temp directory)."""
+    if getattr(args, "out", None):
+        return pathlib.Path(args.out)
+    return (QUICK_DIR if getattr(args, "quick", False) else RESULTS_DIR) / f"{name}.json"
+
+
+def machine_info(packages: Iterable[str] = ("torch", "ray", "pandas", "pyarrow")) -> dict[str, Any]:
+    """CPU model and count, memory, GPUs (``nvidia-smi``), Python, OS and package versions."""
+    info: dict[str, Any] = {
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpus": _gpus(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    for name in packages:
+        try:
+            info[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            info[name] = None
+    return info
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    return None
+
+
+def _gpus() -> list[str]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> None:
+    """Rows as an aligned text table; floats with 4 significant digits."""
+    columns = list(columns or (rows[0].keys() if rows else []))
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    for row in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths)))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def write_result(path: pathlib.Path, summary: Mapping[str, Any], **sections: Any) -> pathlib.Path:
+    """Write ``{"summary": ..., **sections, "machine": machine_info()}`` and say where."""
+    data = {"summary": dict(summary), **sections}
+    data.setdefault("machine", machine_info())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
+    return path

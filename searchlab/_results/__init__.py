@@ -1,0 +1,1 @@
+"""The pieces behind :mod:`searchlab.results`; users import ``searchlab.results`` only."""
