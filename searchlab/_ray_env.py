@@ -1,31 +1,113 @@
-"""Starting or joining Ray quietly, so that searchlab's own progress output is what users see."""
+"""Starting or joining Ray for one run, with settings scoped to that run.
+
+Environment variables and logger levels searchlab needs while an experiment runs are set on
+entry to :func:`ray_environment` and restored on exit, so a notebook that runs an experiment
+keeps its own settings. Ray's security defaults are kept: Ray 2.60 starts local clusters with
+token authentication, and searchlab never turns it off (``RAY_AUTH_MODE=disabled`` in the
+environment is the user's own opt-out).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["connect_ray", "quiet_ray_environment", "ray_init_kwargs"]
+from searchlab.errors import ConfigError
+from searchlab.experiment._compat import (
+    TUNE_LOGGERS,
+    TUNE_MESSAGES_REPORTED_BY_SEARCHLAB,
+    TUNE_RESTORE_FAILED,
+)
+
+__all__ = ["connect_ray", "ray_environment", "ray_init_kwargs"]
+
+# Read by Ray or Tune at import or run time. TUNE_GLOBAL_CHECKPOINT_S=1: Tune saves the
+# experiment state every second, so a killed driver loses at most a second of search decisions.
+_RUN_ENV = {
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
+    "RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS": "0",
+    "TUNE_GLOBAL_CHECKPOINT_S": "1",
+    "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+    # searchlab writes each trial's results itself (``_loggers.ResultLog``); Tune's automatic
+    # JSON/CSV/TensorBoard loggers would only write staging copies, with a thread per trial.
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
+    # A trial's failure is reported by searchlab (one line; traceback in Results), not again
+    # by Ray when nobody collects the failed call's result.
+    "RAY_IGNORE_UNHANDLED_ERRORS": "1",
+    # searchlab handles Ctrl-C itself: the first pauses every trial at a checkpoint.
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
+}
+_LEVELS = {
+    "ray": logging.WARNING,
+    "ray.tune": logging.WARNING,
+    "ray.train": logging.WARNING,
+    "ray.data": logging.WARNING,
+}
 
 
-def quiet_ray_environment() -> None:
-    """Environment settings read by Ray at import or init time (set before importing ray)."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "1000")
-    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
-    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    # searchlab adds its own JSON and CSV loggers; this drops only Tune's tensorboardX one,
-    # which kept a writer thread and files open per paused trial in the driver.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
-    for name in ("ray", "ray.tune", "ray.train", "ray.data"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # Trial failures are reported by searchlab (one line, traceback in Results), not by Tune.
-    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+class _TuneMessages(logging.Filter):
+    """Keeps Ray Tune's messages that matter (placement, resources) on one line each, and
+    drops what searchlab reports itself, in its own words: each trial failure (one line per
+    trial, traceback in ``Results``), a failed restore (a one-line error that says what to
+    do), and the end-of-run advice that names Ray's API (``Tuner.restore``) instead of
+    ``searchlab resume``. Notes the reason of a failed restore for that error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.restore_failure: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(TUNE_RESTORE_FAILED) and record.exc_info:
+            exc = record.exc_info[1]
+            self.restore_failure = f"{type(exc).__name__}: {exc}"
+        if message.startswith(TUNE_MESSAGES_REPORTED_BY_SEARCHLAB):
+            return False
+        if record.exc_info and record.exc_info[1] is not None:  # a traceback: one line instead
+            exc = record.exc_info[1]
+            record.msg = f"{message.rstrip(': ')}: {type(exc).__name__}: {exc}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        if record.stack_info:
+            record.stack_info = None
+        return True
+
+
+@contextlib.contextmanager
+def ray_environment(extra: dict[str, str] | None = None) -> Iterator[_TuneMessages]:
+    """Set the run's environment variables and logger levels; restore them on exit.
+
+    Yields the filter on Tune's log records, which notes a restore failure Tune logged.
+    """
+    saved_env = {k: os.environ.get(k) for k in {**_RUN_ENV, **(extra or {})}}
+    loggers = [logging.getLogger(n) for n in _LEVELS]
+    saved_levels = [lg.level for lg in loggers]
+    filtered = [logging.getLogger(n) for n in TUNE_LOGGERS]
+    messages = _TuneMessages()
+    try:
+        for key, value in {**_RUN_ENV, **(extra or {})}.items():
+            if key not in os.environ or key in (extra or {}):
+                os.environ[key] = value
+        for lg, level in zip(loggers, _LEVELS.values()):
+            lg.setLevel(level)
+        for lg in filtered:
+            lg.addFilter(messages)
+        yield messages
+    finally:
+        for lg in filtered:
+            lg.removeFilter(messages)
+        for lg, level in zip(loggers, saved_levels):
+            lg.setLevel(level)
+        for key, saved in saved_env.items():
+            if saved is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = saved
 
 
 def ray_init_kwargs() -> dict[str, Any]:
@@ -42,12 +124,48 @@ def connect_ray(address: str | None, runtime_env: dict[str, Any] | None) -> bool
 
     Returns True when this call started or joined Ray (and so should shut it down), False when
     Ray was already initialised in this process (a notebook or the test suite).
+
+    Raises:
+        ConfigError: the cluster refused the connection (token authentication) or cannot be
+            reached; the message says how to fix it.
     """
-    quiet_ray_environment()
     import ray
 
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    ray.init(address=address, runtime_env=runtime_env, **ray_init_kwargs())
+    try:
+        ray.init(address=address, runtime_env=runtime_env, **ray_init_kwargs())
+    except Exception as exc:
+        if address is None:
+            raise
+        raise ConfigError(_connect_error(address, exc)) from None
     return True
+
+
+def _connect_error(address: str, exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    if type(exc).__name__ == "AuthenticationError" or "token" in text.lower():
+        return (
+            f"--address {address}: the Ray cluster requires token authentication and this "
+            "driver has no token; set RAY_AUTH_TOKEN to the cluster's token (or put it in "
+            "~/.ray/auth_token; `ray get-auth-token` prints it on the head node) and retry"
+        )
+    hint = ""
+    if not _has_token():
+        hint = (
+            "; if the cluster uses token authentication (Ray's default for new clusters), "
+            "set RAY_AUTH_TOKEN to its token (`ray get-auth-token` on the head node)"
+        )
+    return (
+        f"--address {address}: cannot connect to the Ray cluster there ({type(exc).__name__}: "
+        f"{text[:160]}); check the address (`ray status` on the head node){hint}"
+    )
+
+
+def _has_token() -> bool:
+    """Whether this process has a Ray token to offer (Ray's own places for one)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    return os.path.isfile(path)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from searchlab.errors import SearchlabError
 
@@ -35,10 +36,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config field, e.g. --config searcher.max_trials=8",
     )
+    _grid_limit_flag(run)
     resume = sub.add_parser("resume", help="continue an interrupted or crashed experiment")
     resume.add_argument("experiment_dir", help="the experiment directory `searchlab run` printed")
     resume.add_argument(
         "--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)"
+    )
+    resume.add_argument(
+        "--force-restart",
+        action="store_true",
+        help="when the experiment's state cannot be trusted (damaged, or its config edited): "
+        "run its config again in a new directory, leaving this one as it is",
     )
     res = sub.add_parser("results", help="print the trials table of an experiment directory")
     res.add_argument("experiment_dir")
@@ -50,7 +58,30 @@ def _parser() -> argparse.ArgumentParser:
     prev.add_argument(
         "--config", dest="overrides", action="append", default=[], metavar="KEY=VALUE"
     )
+    _grid_limit_flag(prev)
     return parser
+
+
+def _grid_limit_flag(parser: argparse.ArgumentParser) -> None:
+    from searchers import DEFAULT_MAX_GRID_TRIALS
+
+    parser.add_argument(
+        "--max-grid-trials",
+        type=_grid_limit,
+        default=DEFAULT_MAX_GRID_TRIALS,
+        metavar="N",
+        help=f"allow a grid search of up to N trials (default {DEFAULT_MAX_GRID_TRIALS}; "
+        "'none': no limit)",
+    )
+
+
+def _grid_limit(text: str) -> int | None:
+    if text.strip().lower() in ("none", "off", "unlimited"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of trials") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,19 +89,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             import searchlab
+            from searchlab.config import check_dir_name
 
-            searchlab.run(
+            if args.name is not None:
+                check_dir_name(args.name, flag="--name")
+
+            results = searchlab.run(
                 args.config,
                 model_dir=args.model_dir,
                 storage_path=args.storage_path,
                 address=args.address,
                 overrides=args.overrides,
                 name=args.name,
+                max_grid_trials=args.max_grid_trials,
             )
+            return _exit_code(results)
         elif args.command == "resume":
             import searchlab
 
-            searchlab.resume(args.experiment_dir, address=args.address)
+            results = searchlab.resume(
+                args.experiment_dir, address=args.address, force_restart=args.force_restart
+            )
+            return _exit_code(results)
         elif args.command == "results":
             _print_results(args.experiment_dir, csv=args.csv, metrics=args.metrics)
         elif args.command == "preview":
@@ -78,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from searchlab._preview_text import format_plan
             from searchlab.config import load_experiment_config
 
-            plan = preview_plan(load_experiment_config(args.config, args.overrides))
+            plan = preview_plan(
+                load_experiment_config(args.config, args.overrides),
+                max_grid_trials=args.max_grid_trials,
+            )
             print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     except SearchlabError as exc:
         print(f"searchlab: error: {exc}", file=sys.stderr)
@@ -86,6 +129,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("searchlab: interrupted", file=sys.stderr)
         return 130
+    return 0
+
+
+def _exit_code(results: Any) -> int:
+    """1 when every trial errored (nothing to compare), else 0."""
+    states = set(results.trials["state"]) if len(results.trials) else set()
+    if states and states <= {"ERRORED"}:
+        print(
+            f"searchlab: every trial errored; see their errors with: searchlab results "
+            f"{results.experiment_dir}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -14,6 +14,7 @@ import datetime
 import io
 import logging
 import os
+import socket
 from typing import Any
 
 import ray
@@ -23,7 +24,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback, shipped_model_dir
+from searchlab.experiment._trainable import existing_checkpoint
+from searchlab.experiment._trial_runner import (
+    LENGTH_DONE_KEY,
+    TrialRunner,
+    checkpoint_rung_length,
+    load_with_fallback,
+    shipped_model_dir,
+)
 from searchlab.pytorch import DistributedContext
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 from searchlab.pytorch._state import capture_rng_state, restore_rng_state
@@ -37,9 +45,10 @@ logger = logging.getLogger("searchlab")
 
 
 def placement_group_factory(workers: int, cpus: float, gpus: float) -> tune.PlacementGroupFactory:
-    """Bundle 0 for the trainable itself, then one bundle per worker."""
+    """One bundle per worker. The trainable that drives them only waits on them, so it asks
+    for nothing (Tune's empty head bundle): a trial of N one-CPU workers fits N CPUs."""
     worker = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
-    return tune.PlacementGroupFactory([{"CPU": 0.01}] + [dict(worker) for _ in range(workers)])
+    return tune.PlacementGroupFactory([{}] + [dict(worker) for _ in range(workers)])
 
 
 class TrialWorker:
@@ -50,25 +59,33 @@ class TrialWorker:
         self.local_rank, self.local_size = 0, 1
         self._runner: TrialRunner | None = None
         self._store: Any = None  # rank 0's rendezvous store (it must outlive the group)
+        self._listener: socket.socket | None = None
 
     def placement(self) -> tuple[str, list[str]]:
         """This worker's node and the GPU ids Ray gave it."""
         return ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
 
-    def open_store(self) -> int:
-        """Rank 0: serve the group's rendezvous store on a port the OS picks; return it.
+    def open_store(self, address: str) -> int:
+        """Rank 0: serve the group's rendezvous store on ``address``, a port the OS picks.
 
-        Binding port 0 and keeping the socket leaves no window in which another process could
-        take the port between choosing and using it.
+        The store has no authentication, so it listens only where the other ranks are: the
+        loopback interface when they all run on this node, else this node's address (torch
+        binds every interface unless it is handed a socket). Binding port 0 and keeping the
+        socket leaves no window in which another process could take the port.
         """
         if self._store is None:
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.bind((address, 0))
+            listener.listen(max(self.size, 16))
+            self._listener = listener
             self._store = torch.distributed.TCPStore(
-                "0.0.0.0",
-                0,
+                address,
+                listener.getsockname()[1],
                 self.size,
                 is_master=True,
                 timeout=_RENDEZVOUS_TIMEOUT,
                 wait_for_workers=False,
+                master_listen_fd=listener.fileno(),
             )
         return int(self._store.port)
 
@@ -131,6 +148,13 @@ class TrialWorker:
         free_accelerator_memory()
         return True
 
+    def length_done(self) -> int:
+        return self._runner.length_done if self._runner is not None else 0
+
+    def warn(self, message: str) -> None:
+        if self._runner is not None:
+            self._runner.warn(message)
+
     def at_rung_end(self) -> bool:
         return self._runner is not None and self._runner.at_rung_end
 
@@ -156,9 +180,9 @@ class TrialWorker:
         torch.save(saved, buf)
         return buf.getvalue()
 
-    def load(self, state: dict[str, Any], checkpoint_uuid: str | None) -> None:
+    def load(self, state: dict[str, Any], checkpoint_uuid: str | None, length_done: int) -> None:
         assert self._runner is not None
-        self._runner.load(state, checkpoint_uuid)
+        self._runner.load(state, checkpoint_uuid, length_done)
         per_rank = state.get("rng_state_per_rank")
         if per_rank and self.rank < len(per_rank):
             restore_rng_state(per_rank[self.rank])
@@ -196,19 +220,22 @@ class DataParallelTrainable(tune.Trainable):
         if pg is None:
             raise RuntimeError("a data-parallel trial must run in its placement group")
         bundles = pg.bundle_specs
+        first = len(bundles) - n  # the worker bundles are the last n
         actor: Any = ray.remote(TrialWorker)
         workers: list[Any] = [
             actor.options(
-                num_cpus=bundles[i + 1].get("CPU", 0),
-                num_gpus=bundles[i + 1].get("GPU", 0),
+                num_cpus=bundles[first + i].get("CPU", 0),
+                num_gpus=bundles[first + i].get("GPU", 0),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=i + 1
+                    placement_group=pg, placement_group_bundle_index=first + i
                 ),
             ).remote(i, n)
             for i in range(n)
         ]
         placements = ray.get([w.placement.remote() for w in workers])
-        host, port = placements[0][0], ray.get(workers[0].open_store.remote())
+        one_node = len({node for node, _ in placements}) == 1
+        host = "127.0.0.1" if one_node else placements[0][0]
+        port = ray.get(workers[0].open_store.remote(host))
         calls = []
         for worker, (node, _) in zip(workers, placements):
             same_node = [i for i, (n, _) in enumerate(placements) if n == node]
@@ -245,6 +272,7 @@ class DataParallelTrainable(tune.Trainable):
         state["rng_state_per_rank"] = [torch.load(io.BytesIO(b), weights_only=False) for b in rng]
         # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
+        metadata[LENGTH_DONE_KEY] = ray.get(self._workers[0].length_done.remote())
         write_checkpoint_files(checkpoint_dir, state, metadata)
         ray.get(self._workers[0].checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
 
@@ -252,8 +280,17 @@ class DataParallelTrainable(tune.Trainable):
         with self._idle.busy():
             state, used = load_with_fallback(str(checkpoint))
             ref = ray.put(state)
-            name = used.name
-            ray.get([w.load.remote(ref, name) for w in self._workers])
+            name, done = used.name, checkpoint_rung_length(used) or 0
+            ray.get([w.load.remote(ref, name, done) for w in self._workers])
+
+    def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        checkpoint_path = existing_checkpoint(checkpoint_path, self._warn)
+        if checkpoint_path is None:
+            return None
+        return super().restore(checkpoint_path, *args, **kwargs)
+
+    def _warn(self, message: str) -> None:
+        ray.get(self._workers[0].warn.remote(message))
 
     def reset(self, *args: Any, **kwargs: Any) -> bool:
         self._idle.cancel()  # no release of the previous trial while Tune switches trials

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from searchlab.errors import ConfigError
+from searchlab.experiment._compat import clear_cublas_workspaces
 
 __all__ = ["DEFAULT_AFTER_S", "ENV_VAR", "IdleRelease", "free_accelerator_memory", "idle_after_s"]
 
@@ -68,9 +69,7 @@ def free_accelerator_memory(collect: bool = True) -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         if collect:
             torch.cuda.synchronize()
-            clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-            if callable(clear_workspaces):
-                clear_workspaces()
+            clear_cublas_workspaces()
         torch.cuda.empty_cache()
 
 

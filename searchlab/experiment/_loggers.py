@@ -1,78 +1,125 @@
-"""Tune's ``result.json`` and ``progress.csv`` loggers, keeping every report of a resumed trial.
+"""Each trial's reports, appended to ``<experiment>/<trial>/result.json`` as they arrive.
 
-Tune's loggers write to a staging copy of each trial directory on the driver, which Tune syncs
-to the storage path every ``TUNE_GLOBAL_CHECKPOINT_S``. Whenever a trial starts from a
-checkpoint, they first copy the synced file back over the staging one. That is what restoring
-an experiment on a new driver needs, but a trial paused and resumed within one run is resumed
-with the last synced copy, which misses the reports made since that sync: a trial resumed a
-moment after its pause lost its rung-end training and validation reports. These loggers only
-copy the synced file when the driver has no staging copy of it.
-
-Tune's loggers also keep each trial's files open until the trial ends, so an ASHA search with
-hundreds of trials paused at its rungs held two open files per paused trial (a laptop's
-default limit of 256 or 1024 open files is soon reached). These close a trial's files when it
-pauses and reopen them, appending, with its next result; ``progress.csv`` keeps the columns
-of its header across the reopening.
+Tune's own loggers write into a staging copy of each trial directory on the driver and copy it
+to the experiment directory every few seconds, so a driver killed between two copies lost the
+reports made since the last one, and a copy cut short left a truncated file. These reports are
+written straight into the experiment directory, one JSON line per report, flushed at once: a
+killed driver loses nothing it was told. A line cut short by a crash is ended before the next
+one is appended, so only that line is unreadable (``Results`` skips it, and the resumed trial
+reports those batches again). A trial's file is closed while it is paused, so hundreds of
+paused trials hold no open files.
 """
 
 from __future__ import annotations
 
-import csv
+import json
+import math
+import os
 import pathlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import IO, Any
 
-from ray.tune.experiment import Trial as _Trial
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-from ray.tune.result import EXPR_PROGRESS_FILE
+from ray.tune import Callback
+from ray.tune.experiment import Trial
 
-if TYPE_CHECKING:
-    from ray.tune.experiment import Trial
+__all__ = ["PARAMS_FILE", "RESULT_FILE", "ResultLog"]
 
-__all__ = ["CsvResultLogger", "JsonResultLogger", "result_loggers"]
-
-
-def _has_staging_copy(file_name: str, trial: Trial) -> bool:
-    return pathlib.Path(trial.local_path or "", file_name).is_file()
+RESULT_FILE = "result.json"
+PARAMS_FILE = "params.json"
+_SKIPPED = ("config",)  # every result carries the trial's config; params.json holds it once
 
 
-def _paused(open_files: dict[Trial, Any]) -> list[Trial]:
-    return [trial for trial in open_files if trial.status == _Trial.PAUSED]
+class ResultLog(Callback):
+    """Appends every result of every trial to its ``result.json``; writes ``params.json``."""
 
+    def __init__(
+        self, experiment_dir: pathlib.Path, on_error: Callable[[OSError, pathlib.Path], None]
+    ) -> None:
+        self._dir = experiment_dir
+        self._on_error = on_error
+        self._files: dict[str, IO[str]] = {}
+        self._failed = False
 
-class JsonResultLogger(JsonLoggerCallback):
-    """``result.json``, appended to across pauses rather than replaced by the synced copy."""
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _NullCallback, ()  # a resumed run brings its own log (see TrialRecorder)
 
-    def _restore_from_remote(self, file_name: str, trial: Trial) -> None:
-        if not _has_staging_copy(file_name, trial):
-            super()._restore_from_remote(file_name, trial)
+    def on_trial_start(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        path = self._dir / trial.trial_id / PARAMS_FILE
+        if not path.is_file():
+            self._guarded(path, lambda: _write_params(path, trial.config))
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
+        line = json.dumps({k: v for k, v in result.items() if k not in _SKIPPED}, default=_plain)
+        path = self._dir / trial.trial_id / RESULT_FILE
+        self._guarded(path, lambda: self._append(trial.trial_id, path, line))
+
+    def _append(self, trial_id: str, path: pathlib.Path, line: str) -> None:
+        f = self._files.get(trial_id)
+        if f is None:
+            f = self._files[trial_id] = _open_for_append(path)
+        f.write(line + "\n")
+        f.flush()
+
+    def _guarded(self, path: pathlib.Path, write: Callable[[], None]) -> None:
+        if self._failed:
+            return
+        try:
+            write()
+        except OSError as exc:
+            self._failed = True
+            self._on_error(exc, path)
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
-        for trial in _paused(self._trial_files):
-            self.log_trial_end(trial)  # closes the file; the next result reopens it
+        for trial in trials:
+            if trial.status != Trial.RUNNING and trial.trial_id in self._files:
+                self._close(trial.trial_id)
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        for trial_id in list(self._files):
+            self._close(trial_id)
+
+    def _close(self, trial_id: str) -> None:
+        f = self._files.pop(trial_id)
+        try:
+            f.close()
+        except OSError:
+            pass
 
 
-class CsvResultLogger(CSVLoggerCallback):
-    """``progress.csv``, appended to across pauses rather than replaced by the synced copy."""
-
-    def _restore_from_remote(self, file_name: str, trial: Trial) -> None:
-        if not _has_staging_copy(file_name, trial):
-            super()._restore_from_remote(file_name, trial)
-
-    def _setup_trial(self, trial: Trial) -> None:
-        super()._setup_trial(trial)
-        if self._trial_continue[trial]:  # appending: write the header's columns, not new ones
-            path = pathlib.Path(trial.local_path or "", EXPR_PROGRESS_FILE)
-            with path.open(newline="") as f:
-                header = next(csv.reader(f), None)
-            if header:
-                self._trial_csv[trial] = csv.DictWriter(self._trial_files[trial], header)
-
-    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
-        for trial in _paused(self._trial_files):
-            self.log_trial_end(trial)
+class _NullCallback(Callback):
+    """What a result log unpickles to outside its driver: a callback that does nothing."""
 
 
-def result_loggers() -> list[JsonLoggerCallback | CSVLoggerCallback]:
-    """The loggers for ``RunConfig(callbacks=...)``: Tune adds its own JSON and CSV ones only
-    when none is passed."""
-    return [JsonResultLogger(), CsvResultLogger()]
+def _open_for_append(path: pathlib.Path) -> IO[str]:
+    """Open for appending; a last line cut short by a crash is ended first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = path.open("a+", encoding="utf-8")
+    if f.tell() > 0:
+        f.seek(f.tell() - 1)
+        if f.read(1) != "\n":
+            f.write("\n")
+    return f
+
+
+def _write_params(path: pathlib.Path, config: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(config, indent=1, default=_plain))
+    os.replace(tmp, path)
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what results hold besides plain values: numpy scalars, 0-d tensors, paths."""
+    if hasattr(value, "item"):
+        try:
+            value = value.item()
+            return value if not isinstance(value, float) or math.isfinite(value) else str(value)
+        except (TypeError, ValueError):
+            pass
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)

@@ -1,32 +1,52 @@
 """Follows trials as Tune runs them: event lines, a progress table, and ``trials.json``.
 
 ``trials.json`` in the experiment directory is rewritten (atomically) whenever a trial changes,
-so results can be read while an experiment runs or after its driver died.
+so results can be read while an experiment runs or after its driver died. Paths in it are
+relative to the experiment directory, so a copied or moved directory reads its own files.
+
+The recorder also keeps the experiment's writes in a crash-safe order: each time Tune saves
+the experiment, it has the snapshot written (``Snapshots``), and checkpoints the retention
+policy lets go are deleted only after that (``DeferredDeletions``). A write that fails (a full
+disk) pauses every trial at its checkpoint and ends the run resumably, saying so.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import pathlib
-import re
 import time
-import uuid
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from searchlab._failpoints import failpoint
+from searchlab.experiment._adapters import RestoreFailed
+from searchlab.experiment._records import (
+    FINISHED,
+    TRIALS_FILE,
+    best_remaining,
+    checkpoint_batches,
+    holds_state,
+    is_disk_full,
+    load_records,
+    new_record,
+    public,
+    relative_to,
+    trial_error_text,
+)
 from searchlab.experiment._retention import (
+    DeferredDeletions,
     RetentionPolicy,
     SavedCheckpoint,
     checkpoints_to_delete,
-    delete_checkpoints,
 )
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._snapshot import Snapshots, atomic_write
+from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_runner import (
     FATAL_KEY,
     INVALID_HP_KEY,
@@ -38,9 +58,6 @@ from searchlab.experiment._trial_runner import (
 
 __all__ = ["TRIALS_FILE", "TrialRecorder"]
 
-TRIALS_FILE = "trials.json"
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_STATE_FILES = ("state-dict.pth", "state_dict.pth")
 _STATES = {
     Trial.PENDING: "PENDING",
     Trial.RUNNING: "RUNNING",
@@ -51,11 +68,7 @@ _STATES = {
 
 
 class TrialRecorder(Callback):
-    """Keeps one record per trial and tells the user what happens, one line per event.
-
-    It pickles as a reference to the live recorder of its experiment directory in this
-    process (see :func:`_live_recorder`).
-    """
+    """Keeps one record per trial and tells the user what happens, one line per event."""
 
     def __init__(
         self,
@@ -64,6 +77,9 @@ class TrialRecorder(Callback):
         echo: Callable[[str], None] = print,
         table_every_s: float = 15.0,
         rung_table: Callable[[], list[dict[str, Any]]] | None = None,
+        *,
+        control: Any,
+        snapshots: Snapshots | None = None,
         restored: bool = False,
     ) -> None:
         self._spec = spec
@@ -71,11 +87,14 @@ class TrialRecorder(Callback):
         self._echo = echo
         self._table_every_s = table_every_s
         self._rung_table = rung_table
+        self._control = control
+        self._snapshots = snapshots
         self._last_table = time.monotonic()
         self.records: dict[str, dict[str, Any]] = {}
         self._status: dict[str, str] = {}
         self._dirty = False
         self.fatal: str | None = None
+        self.write_error: str | None = None
         storage = spec.exp_conf.get("checkpoint_storage") or {}
         self._retention = RetentionPolicy(
             save_trial_latest=int(storage.get("save_trial_latest", 1)),
@@ -83,36 +102,36 @@ class TrialRecorder(Callback):
             save_experiment_best=int(storage.get("save_experiment_best", 0)),
             smaller_is_better=spec.smaller_is_better,
         )
+        self._deletions = DeferredDeletions(experiment_dir)
+        self._latest: dict[str, str | None] = {}  # trial id -> Tune's latest checkpoint
         self._restored = restored
         if restored:
-            self._load_existing()
-        _LIVE[_registry_key(experiment_dir)] = self
+            self.records, pending = load_records(experiment_dir)
+            for path in pending:
+                trial_id = path.split("/", 1)[0]
+                self._deletions.let_go(path, trial_id, generation=0)
+            self._status = {
+                t: r["state"] for t, r in self.records.items() if r["state"] in FINISHED
+            }
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _live_recorder, (_registry_key(self._dir),)
+        # Tune pickles its callbacks into tuner.pkl; a resumed run brings its own recorder, so
+        # nothing of this one (records, echo, live objects) needs to travel.
+        return _NullCallback, ()
 
-    def _drop_phantoms(self, trials: list[Trial]) -> None:
-        """Trials the dead driver created after Tune's last saved state never existed for the
-        resumed experiment (its searcher will create them anew): forget their records."""
-        self._restored = False
-        known = {t.trial_id for t in trials}
-        for trial_id, rec in list(self.records.items()):
-            if trial_id not in known and rec["state"] not in _FINISHED:
-                del self.records[trial_id]
-                self._dirty = True
+    def get_state(self) -> dict | None:
+        """Tune calls this right after it saved the experiment state: snapshot it now."""
+        if self._snapshots is not None:
+            self._snapshots.write()
+            if self._snapshots.error is not None:
+                self.write_failed(self._snapshots.error, self._snapshots.path)
+        return None  # nothing of the recorder's goes into Tune's own files
 
-    def _load_existing(self) -> None:
-        """A resumed experiment keeps its trials' records (best metric, checkpoints, errors)."""
-        path = self._dir / TRIALS_FILE
-        if not path.is_file():
-            return
-        for rec in json.loads(path.read_text()).get("trials", []):
-            rec.setdefault("saved_checkpoints", [])
-            self.records[rec["trial_id"]] = rec
-            if rec["state"] in _FINISHED:
-                self._status[rec["trial_id"]] = rec["state"]
+    # -- Tune hooks -----------------------------------------------------------------------
+    def on_step_begin(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        if self._control.restore_failed:
+            raise RestoreFailed  # before Tune saves anything or starts the search over
 
-    # -- Tune hooks -----------------------------------------------------------------
     def on_trial_start(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
@@ -122,6 +141,8 @@ class TrialRecorder(Callback):
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
         rec = self._record(trial)
+        if rec.pop("_paused", False):
+            failpoint("result-after-resume")  # the first result of a trial resumed just now
         rec["batches"] = int(result.get("batches", rec["batches"]))
         if result.get(INVALID_HP_KEY):
             rec["state"] = "INVALID_HP"
@@ -131,6 +152,7 @@ class TrialRecorder(Callback):
             rec["error"] = result[FATAL_KEY]
             rec["_fatal"] = True
             self.fatal = self.fatal or str(result[FATAL_KEY])
+            self._control.fatal = True
         if result.get(TRIAL_ERROR_KEY):
             rec["error"] = result[TRIAL_ERROR_KEY]
             rec["_fatal"] = True  # shown as ERRORED although Tune ended it normally
@@ -161,41 +183,30 @@ class TrialRecorder(Callback):
         self, iteration: int, trials: list[Trial], trial: Trial, checkpoint: Any, **info: Any
     ) -> None:
         rec = self._record(trial)
-        path = str(getattr(checkpoint, "path", checkpoint))
-        if not _holds_state(path):
+        path = relative_to(self._dir, str(getattr(checkpoint, "path", checkpoint)))
+        if path is None or not holds_state(self._dir / path):
             return  # a trial that never built (InvalidHP, broken trial) saves an empty directory
+        self._latest[trial.trial_id] = path
+        self._deletions.keep(path)
         rec["latest_checkpoint"] = path
         if rec.pop("_best_pending", False) or rec["checkpoint"] is None:
             rec["checkpoint"] = path
-        batches = _checkpoint_batches(path)
+        batches = checkpoint_batches(self._dir / path)
         metric = rec["last_metric"] if rec.get("_validated_at") == batches else None
-        rec["saved_checkpoints"].append({"path": path, "batches": batches, "metric": metric})
+        saved = [c for c in rec["saved_checkpoints"] if c["path"] != path]  # a replay's again
+        rec["saved_checkpoints"] = [*saved, {"path": path, "batches": batches, "metric": metric}]
         self._apply_retention()
         self._dirty = True
-
-    def _apply_retention(self) -> None:
-        """Delete the checkpoints ``checkpoint_storage`` does not keep (never one a trial needs)."""
-        saved = [
-            SavedCheckpoint(rec["trial_id"], c["path"], i, c["metric"], rec["state"] in _FINISHED)
-            for rec in self.records.values()
-            for i, c in enumerate(rec["saved_checkpoints"])
-        ]
-        gone = set(delete_checkpoints(checkpoints_to_delete(saved, self._retention)))
-        if not gone:
-            return
-        for rec in self.records.values():
-            rec["saved_checkpoints"] = [
-                c for c in rec["saved_checkpoints"] if c["path"] not in gone
-            ]
-            if rec["checkpoint"] in gone:
-                rec["checkpoint"] = _best_remaining(rec["saved_checkpoints"], self._spec)
+        failpoint("checkpoint-registered")
 
     def on_trial_error(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
         rec = self._record(trial)
-        rec["error"] = _error_text(trial)
+        rec["error"] = trial_error_text(trial)
         self._dirty = True
+        if is_disk_full(rec["error"]):
+            self.write_failed(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), self._dir)
 
     def on_trial_recover(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
@@ -206,59 +217,110 @@ class TrialRecorder(Callback):
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         if self._restored:
-            self._drop_phantoms(trials)
+            self._settle_restored(trials)
         for trial in trials:
             self._track_status(trial)
         if self._dirty:
             self.write()
+        if self._snapshots is not None and self.write_error is None:
+            self._delete_let_go()
         if time.monotonic() - self._last_table >= self._table_every_s:
             self.print_table()
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
-        for trial in trials:
-            self._track_status(trial)
+        if self._control.restore_failed:
+            return  # nothing ran: leave the experiment's files as they were
+        if not self._control.interrupted:
+            # An interrupted run keeps its trials as saved (paused, or not started yet):
+            # Tune's clean-up ends them in memory, which is not what a resume finds.
+            for trial in trials:
+                self._track_status(trial)
         self.write()
+        if self._snapshots is not None and self.write_error is None:
+            self._delete_let_go()  # Tune's final save is on disk: what it let go can go
+            if self._dirty:
+                self.write()
 
-    # -- bookkeeping ----------------------------------------------------------------
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _settle_restored(self, trials: list[Trial]) -> None:
+        """The first step of a resumed run: take Tune's view of each trial's latest checkpoint,
+        and forget records of trials the dead driver created after the saved state (its
+        search driver creates them anew)."""
+        self._restored = False
+        known = {t.trial_id for t in trials}
+        for trial in trials:
+            checkpoint = trial.checkpoint
+            path = getattr(checkpoint, "path", None)
+            self._latest[trial.trial_id] = relative_to(self._dir, path) if path else None
+        for trial_id, rec in list(self.records.items()):
+            if trial_id not in known and rec["state"] not in FINISHED:
+                del self.records[trial_id]
+                self._dirty = True
+
     def _record(self, trial: Trial) -> dict[str, Any]:
         rec = self.records.get(trial.trial_id)
         if rec is None:
-            info = trial.config.get(TRIAL_KEY, {})
-            rec = self.records[trial.trial_id] = {
-                "trial_id": trial.trial_id,
-                "state": "PENDING",
-                "hparams": trial.config.get(HPARAMS_KEY, {}),
-                "bracket": info.get("bracket"),
-                "rung": None,
-                "trial_seed": info.get("trial_seed"),
-                "batches": 0,
-                "best_metric": None,
-                "last_metric": None,
-                "checkpoint": None,
-                "latest_checkpoint": None,
-                "error": None,
-                "restarts": 0,
-                "warnings": [],
-                "trial_dir": trial.local_path,
-                "saved_checkpoints": [],
-            }
+            rec = self.records[trial.trial_id] = new_record(trial.trial_id, trial.config)
         return rec
+
+    def _apply_retention(self) -> None:
+        """Let go of the checkpoints ``checkpoint_storage`` does not keep (deleted later)."""
+        saved = [
+            SavedCheckpoint(rec["trial_id"], c["path"], i, c["metric"], rec["state"] in FINISHED)
+            for rec in self.records.values()
+            for i, c in enumerate(rec["saved_checkpoints"])
+        ]
+        doomed = checkpoints_to_delete(saved, self._retention)
+        if not doomed:
+            return
+        generation = self._snapshots.generation if self._snapshots is not None else 0
+        gone = {c.path for c in doomed}
+        for ckpt in doomed:
+            self._deletions.let_go(ckpt.path, ckpt.trial_id, generation)
+        for rec in self.records.values():
+            rec["saved_checkpoints"] = [
+                c for c in rec["saved_checkpoints"] if c["path"] not in gone
+            ]
+            if rec["checkpoint"] in gone:
+                rec["checkpoint"] = best_remaining(rec["saved_checkpoints"], self._spec)
+            if rec["latest_checkpoint"] in gone:
+                kept = rec["saved_checkpoints"]
+                rec["latest_checkpoint"] = kept[-1]["path"] if kept else None
+        self._dirty = True
+
+    def _delete_let_go(self) -> None:
+        assert self._snapshots is not None
+        if self._deletions.delete_due(self._snapshots.generation, self._latest):
+            self._dirty = True  # the pending list in trials.json shrank
 
     def _track_status(self, trial: Trial) -> None:
         rec = self._record(trial)
         state = _STATES.get(trial.status, trial.status)
+        previous = self._status.get(trial.trial_id)
+        if previous in FINISHED and state in FINISHED:
+            return  # a resumed run stops the ended trials Tune brought back: they stay as they were
+        if state == "ERRORED" and trial.trial_id in self._control.disk_full:
+            state = "PAUSED"  # stopped by a full disk, not by its own fault: it resumes
         if rec["state"] == "INVALID_HP":
             state = "INVALID_HP"
         elif rec.get("_fatal") and state == "COMPLETED":
             state = "ERRORED"  # Tune ended it normally, but the trial stopped on a user error
-        previous = self._status.get(trial.trial_id)
         if previous == state:
             return
         self._status[trial.trial_id] = state
         rec["state"] = state
         self._dirty = True
-        if state in _FINISHED:
+        if state in FINISHED:
             self._apply_retention()
+        if state == "PAUSED":
+            rec["_paused"] = True
+        self._announce(trial, rec, state, previous)
+        if state == "COMPLETED":
+            failpoint("trial-finished")
+
+    def _announce(
+        self, trial: Trial, rec: dict[str, Any], state: str, previous: str | None
+    ) -> None:
         if state == "RUNNING":
             shown = ", ".join(f"{k}={_short(v)}" for k, v in _flat(rec["hparams"]).items())
             verb = "resumed" if previous == "PAUSED" or rec["batches"] else "started"
@@ -285,79 +347,40 @@ class TrialRecorder(Callback):
         self._echo(format_progress(list(self.records.values()), self._spec, rungs))
 
     def write(self) -> None:
+        """Rewrite ``trials.json``; a failure (a full disk) pauses the run resumably."""
+        if self.write_error is not None:
+            return
         self._dirty = False
-        self._dir.mkdir(parents=True, exist_ok=True)
-        data = {"updated": time.time(), "trials": [_public(r) for r in self.records.values()]}
-        tmp = self._dir / f".{TRIALS_FILE}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps(data, indent=1, default=str))
-        os.replace(tmp, self._dir / TRIALS_FILE)
+        data = {
+            "format_version": 2,
+            "updated": time.time(),
+            "trials": [public(r) for r in self.records.values()],
+            "pending_deletions": self._deletions.queued,
+        }
+        path = self._dir / TRIALS_FILE
+        try:
+            atomic_write(path, json.dumps(data, indent=1, default=str))
+        except OSError as exc:
+            self.write_failed(exc, path)
+
+    def write_failed(self, exc: OSError, path: pathlib.Path) -> None:
+        if self.write_error is not None:
+            return
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        self.write_error = f"cannot write {path} ({reason})"
+        self._echo(
+            f"searchlab: {self.write_error}: pausing every trial at its checkpoint; "
+            f"free space, then continue with: searchlab resume {self._dir}"
+        )
+        self._control.interrupted = True
 
 
-_FINISHED = ("COMPLETED", "ERRORED", "INVALID_HP")
-
-# Tune pickles the run's stopper, which holds the recorder, into its experiment state at every
-# save (each second), and on resume puts the unpickled copy in place of the stopper it was
-# given. A recorder pickled by value made every save carry all records and the echo callable,
-# and left a resumed run's stopper watching a stale copy that never sees a user error. By
-# reference, the copy is the live recorder of the same experiment.
-_LIVE: weakref.WeakValueDictionary[str, TrialRecorder] = weakref.WeakValueDictionary()
-
-
-class _DetachedRecorder(Callback):
-    """A recorder unpickled where its experiment does not run: records and stops nothing."""
-
-    fatal: str | None = None
-
-
-def _registry_key(experiment_dir: pathlib.Path) -> str:
-    return str(pathlib.Path(experiment_dir).resolve())
-
-
-def _live_recorder(key: str) -> TrialRecorder | _DetachedRecorder:
-    """The recorder of the experiment running from ``key`` in this process, if any."""
-    return _LIVE.get(key) or _DetachedRecorder()
-
-
-def _checkpoint_batches(path: str) -> int | None:
-    try:
-        meta = json.loads((pathlib.Path(path) / "metadata.json").read_text())
-        return int(meta["batches_trained"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _best_remaining(saved: list[dict[str, Any]], spec: ExperimentSpec) -> str | None:
-    sign = 1.0 if spec.smaller_is_better else -1.0
-    validated = [c for c in saved if c["metric"] is not None and math.isfinite(c["metric"])]
-    return min(validated, key=lambda c: sign * c["metric"])["path"] if validated else None
-
-
-def _public(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in rec.items() if not k.startswith("_")}
+class _NullCallback(Callback):
+    """What a recorder unpickles to outside its driver: a callback that does nothing."""
 
 
 def _better(value: float, best: float, spec: ExperimentSpec) -> bool:
     return value < best if spec.smaller_is_better else value > best
-
-
-def _error_text(trial: Trial) -> str:
-    path = getattr(trial, "error_file", None) or ""
-    text = ""
-    try:
-        if path and os.path.exists(path):
-            text = pathlib.Path(path).read_text()
-    except OSError:
-        pass
-    text = text or str(getattr(trial, "error_msg", "") or "unknown error")
-    return _ANSI_ESCAPE.sub("", text)  # Ray colours the actor name in tracebacks
-
-
-def _holds_state(path: str) -> bool:
-    """False for a local checkpoint directory without a trial state (nothing to load from it)."""
-    directory = pathlib.Path(path)
-    if not directory.is_dir():
-        return True  # remote storage: trust Tune
-    return any((directory / name).is_file() for name in _STATE_FILES)
 
 
 def _flat(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:

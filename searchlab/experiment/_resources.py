@@ -1,7 +1,12 @@
-"""What each trial asks Ray for, checked against what the cluster has."""
+"""What each trial asks Ray for, checked against what the cluster's nodes have.
+
+A trial that can never be placed would wait forever in Tune's queue ("pending 1"), so it is
+refused before anything starts, in one line naming what it asks and what the cluster has.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from searchlab.config import ExperimentConfig
@@ -10,29 +15,48 @@ from searchlab.errors import ConfigError
 __all__ = ["trial_resources"]
 
 
-def trial_resources(cfg: ExperimentConfig, cluster: dict[str, Any]) -> dict[str, float]:
+def trial_resources(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """``{"cpu": c, "gpu": g}`` per worker of a trial: GPUs when the cluster has any, else CPUs.
 
     A trial has ``resources.slots_per_trial`` workers, each with one GPU (or one CPU worker
     without GPUs); ``resources.gpus_per_trial`` (fractions pack trials on a GPU) and
-    ``cpus_per_trial`` set the share of each worker.
+    ``cpus_per_trial`` set the share of each worker. ``nodes`` is ``ray.nodes()``.
+
+    Raises:
+        ConfigError: no node can hold one worker, or the cluster cannot hold all of them.
     """
     res = cfg.resources
-    gpus_available = float(cluster.get("GPU", 0))
+    alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
+    total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
     if res.gpus_per_trial is not None:
         gpus = float(res.gpus_per_trial)
     else:
-        gpus = 1.0 if gpus_available > 0 else 0.0
+        gpus = 1.0 if total["GPU"] > 0 else 0.0
     cpus = float(res.cpus_per_trial) if res.cpus_per_trial is not None else 1.0
-    if gpus * workers > gpus_available:
+    asked = _describe(workers, cpus, gpus)
+    if gpus * workers > total["GPU"] or cpus * workers > total["CPU"]:
         raise ConfigError(
-            f"{cfg.source_name}: resources: each trial asks for {gpus * workers:g} GPU(s) but the Ray cluster "
-            f"has {gpus_available:g}; lower resources.slots_per_trial / gpus_per_trial or add GPU nodes"
+            f"{cfg.source_name}: resources: each trial asks for {asked} but the Ray cluster has "
+            f"{_cluster(alive)} in all; lower resources.slots_per_trial, cpus_per_trial or "
+            "gpus_per_trial, or add nodes"
         )
-    if cpus * workers > float(cluster.get("CPU", 0)):
+    fits = [n for n in alive if float(n.get("CPU", 0)) >= cpus and float(n.get("GPU", 0)) >= gpus]
+    if not fits:
         raise ConfigError(
-            f"{cfg.source_name}: resources: each trial asks for {cpus * workers:g} CPUs but the "
-            f"Ray cluster has {cluster.get('CPU', 0):g}; lower resources.slots_per_trial or cpus_per_trial"
+            f"{cfg.source_name}: resources: each worker of a trial asks for "
+            f"{_describe(1, cpus, gpus)} but no node of the Ray cluster has that much "
+            f"({_cluster(alive)}); lower cpus_per_trial or gpus_per_trial"
         )
     return {"cpu": cpus, "gpu": gpus}
+
+
+def _describe(workers: int, cpus: float, gpus: float) -> str:
+    parts = [f"{cpus * workers:g} CPU"] + ([f"{gpus * workers:g} GPU"] if gpus else [])
+    each = f" ({workers} workers)" if workers > 1 else ""
+    return " + ".join(parts) + each
+
+
+def _cluster(nodes: list[dict[str, Any]]) -> str:
+    shown = [f"{float(n.get('CPU', 0)):g} CPU/{float(n.get('GPU', 0)):g} GPU" for n in nodes]
+    return f"{len(nodes)} node(s): " + ", ".join(shown[:4]) + (", ..." if len(shown) > 4 else "")

@@ -9,10 +9,19 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from searchlab.config import ExperimentConfig, load_experiment_config
+from searchers import DEFAULT_MAX_GRID_TRIALS, build_search_method
+from searchlab._failpoints import worker_env
+from searchlab._lock import LOCK_FILE, experiment_lock
+from searchlab.config import (
+    ExperimentConfig,
+    check_dir_name,
+    experiment_dir_name,
+    load_experiment_config,
+)
 from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
 from searchlab.experiment._idle import idle_after_s
 from searchlab.experiment._ship import EXCLUDES
+from searchlab.experiment._snapshot import atomic_write, config_digest, prepare_resume
 from searchlab.experiment._spec import ExperimentSpec
 
 __all__ = ["EXPERIMENT_FILE", "resume", "run"]
@@ -28,6 +37,7 @@ def run(
     overrides: Sequence[str] | None = None,
     *,
     name: str | None = None,
+    max_grid_trials: int | None = DEFAULT_MAX_GRID_TRIALS,
     echo: Callable[[str], None] = print,
 ) -> Any:
     """Run an experiment on Ray Tune and return its ``Results``.
@@ -38,7 +48,10 @@ def run(
         storage_path: where the experiment directory goes (default ``./searchlab-results``).
         address: a Ray cluster to join (default: ``RAY_ADDRESS``, else Ray starts locally).
         overrides: ``key.path=value`` strings applied to the config.
-        name: the experiment directory's name (default: the config's ``name``).
+        name: the experiment directory's name (default: the config's ``name``, made a safe
+            directory name).
+        max_grid_trials: the most trials a grid search may have (None: no limit); a bigger
+            grid is refused before anything starts.
         echo: where progress lines go.
 
     Example:
@@ -52,16 +65,27 @@ def run(
     )
     _check_entrypoint(cfg)
     idle_after_s()  # a bad SEARCHLAB_RELEASE_IDLE_AFTER_S fails before anything is written
-    exp_dir = _experiment_dir(storage_path, name or cfg.name, echo)
+    build_search_method(cfg, max_grid_trials=max_grid_trials)  # a bad search fails here too
+    dir_name = check_dir_name(name) if name is not None else experiment_dir_name(cfg.name)
+    exp_dir = _experiment_dir(storage_path, dir_name, echo)
     spec = ExperimentSpec.from_config(cfg, exp_dir.name)
-    _write_experiment_file(exp_dir, cfg, spec)
     from searchlab.experiment._tune import run_tuner
 
-    try:
-        outcome = run_tuner(cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg))
-    except SearchlabError:
-        _discard_if_unused(exp_dir)  # rejected before any trial: a rerun may reuse the name
-        raise
+    with experiment_lock(exp_dir):
+        _write_experiment_file(exp_dir, cfg, spec)
+        try:
+            outcome = run_tuner(
+                cfg,
+                spec,
+                exp_dir,
+                address=address,
+                echo=echo,
+                ship=_ship_env(cfg),
+                max_grid_trials=max_grid_trials,
+            )
+        except SearchlabError:
+            _discard_if_unused(exp_dir)  # rejected before any trial: a rerun may reuse the name
+            raise
     return _finish(cfg, exp_dir, outcome, echo)
 
 
@@ -69,32 +93,73 @@ def resume(
     experiment_dir: str | os.PathLike[str],
     address: str | None = None,
     *,
+    force_restart: bool = False,
     echo: Callable[[str], None] = print,
 ) -> Any:
     """Continue an experiment whose driver died or was interrupted; returns its ``Results``.
 
     Finished trials stay finished; paused and running trials continue from their latest
     checkpoints; the searcher's rungs, promotions and random streams continue where they were.
+    A state that cannot be trusted (damaged files, an edited config) is refused with a
+    one-line error; ``force_restart=True`` then runs the experiment's config again in a new
+    directory beside it, leaving this one as it is.
 
     Example:
         >>> results = searchlab.resume("searchlab-results/mnist_pytorch_adaptive")
     """
     exp_dir = pathlib.Path(experiment_dir).resolve()
+    meta = _read_experiment_file(exp_dir)
+    cfg = load_experiment_config(meta["config"], model_dir=meta["model_dir"])
+    if force_restart:
+        echo(f"starting {exp_dir.name} over with the config in {exp_dir / EXPERIMENT_FILE}")
+        return run(
+            meta["config"],
+            model_dir=meta["model_dir"],
+            storage_path=exp_dir.parent,
+            address=address,
+            name=f"{exp_dir.name}-restart",
+            max_grid_trials=None,
+            echo=echo,
+        )
+    _check_entrypoint(cfg)
+    idle_after_s()
+    spec = ExperimentSpec.from_config(cfg, exp_dir.name)
+    from searchlab.experiment._tune import run_tuner
+
+    with experiment_lock(exp_dir):
+        for note in prepare_resume(exp_dir, cfg.to_dict()).notes:
+            echo(note)
+        outcome = run_tuner(
+            cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg), restore=True
+        )
+    return _finish(cfg, exp_dir, outcome, echo)
+
+
+def _read_experiment_file(exp_dir: pathlib.Path) -> dict[str, Any]:
+    """``experiment.json`` of a directory to resume, or a one-line error saying what is wrong."""
     meta_file = exp_dir / EXPERIMENT_FILE
     if not meta_file.is_file() or not (exp_dir / "tuner.pkl").is_file():
         raise ConfigError(
             f"{exp_dir}: not a searchlab experiment that can be resumed (no {EXPERIMENT_FILE} "
             "or Tune state); pass the directory `searchlab run` printed"
         )
-    meta = json.loads(meta_file.read_text())
-    cfg = load_experiment_config(meta["config"], model_dir=meta["model_dir"])
-    spec = ExperimentSpec.from_config(cfg, exp_dir.name)
-    from searchlab.experiment._tune import run_tuner
-
-    outcome = run_tuner(
-        cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg), restore=True
-    )
-    return _finish(cfg, exp_dir, outcome, echo)
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta["config"], meta["model_dir"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        what = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
+        raise ConfigError(
+            f"{meta_file}: damaged ({what}); restore it from a backup (it holds the "
+            "experiment's config), then resume"
+        ) from None
+    digest = meta.get("config_sha256")
+    if digest is not None and digest != config_digest(meta["config"]):
+        raise ConfigError(
+            f"{meta_file}: config: was edited after the experiment started; undo the edit to "
+            f"resume, or `searchlab resume {exp_dir} --force-restart` runs the edited config "
+            "in a new directory"
+        )
+    return dict(meta)
 
 
 def _finish(
@@ -106,6 +171,11 @@ def _finish(
         raise TrialDefinitionError(_explain_fatal(cfg, outcome.fatal))
     results = load_results(exp_dir)
     echo(results.summary())
+    if outcome.write_error:
+        raise SearchlabError(
+            f"{outcome.write_error}; every trial was paused at its checkpoint and nothing done "
+            f"is lost: free space, then continue with: searchlab resume {exp_dir}"
+        )
     if outcome.interrupted:
         echo(f"paused; continue with: searchlab resume {exp_dir}")
     return results
@@ -165,19 +235,24 @@ def _write_experiment_file(
         if hasattr(cfg.searcher.name, "value")
         else str(cfg.searcher.name),
         "length_unit": spec.length_unit,
+        "config_sha256": config_digest(cfg.to_dict()),
     }
-    (exp_dir / EXPERIMENT_FILE).write_text(json.dumps(data, indent=2, default=str))
+    atomic_write(exp_dir / EXPERIMENT_FILE, json.dumps(data, indent=2, default=str))
 
 
 def _discard_if_unused(exp_dir: pathlib.Path) -> None:
-    """Remove an experiment directory that holds nothing but its experiment file."""
-    if exp_dir.is_dir() and {p.name for p in exp_dir.iterdir()} <= {EXPERIMENT_FILE}:
+    """Remove an experiment directory that holds nothing but its experiment file and lock."""
+    if exp_dir.is_dir() and {p.name for p in exp_dir.iterdir()} <= {EXPERIMENT_FILE, LOCK_FILE}:
         shutil.rmtree(exp_dir, ignore_errors=True)
 
 
 def _ship_env(cfg: ExperimentConfig) -> dict[str, Any]:
     """The Ray runtime environment that ships the model directory to every worker."""
-    env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **cfg.environment.environment_variables}
+    env_vars = {
+        "RAY_CHDIR_TO_TRIAL_DIR": "0",
+        **worker_env(),
+        **cfg.environment.environment_variables,
+    }
     return {
         "working_dir": str(pathlib.Path(cfg.model_dir).resolve()),
         "excludes": EXCLUDES,

@@ -14,6 +14,7 @@ import io
 import os
 import pathlib
 import shutil
+import stat
 import tempfile
 import zipfile
 
@@ -38,14 +39,30 @@ def pack_model_dir(model_dir: str | os.PathLike[str]) -> bytes:
     return buf.getvalue()
 
 
+def _private_root() -> pathlib.Path:
+    """``<tmp>/searchlab-models-<uid>``: created 0700, and used only if it is this user's own
+    and nobody else can write into it (another user could otherwise plant code in it)."""
+    root = pathlib.Path(tempfile.gettempdir()) / f"searchlab-models-{os.getuid()}"
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(
+            f"{root} is not a private directory of this user (owner uid {info.st_uid}, mode "
+            f"{stat.S_IMODE(info.st_mode):o}); remove it or set TMPDIR to a private directory"
+        )
+    return root
+
+
 def unpack_model_dir(archive: bytes) -> str:
-    """Unpack ``archive`` under the temp dir (once per content) and return the directory."""
-    digest = hashlib.sha256(archive).hexdigest()[:16]
-    target = pathlib.Path(tempfile.gettempdir()) / "searchlab-models" / digest
+    """Unpack ``archive`` under this user's private temp dir (once per content); return it."""
+    digest = hashlib.sha256(archive).hexdigest()
+    target = _private_root() / digest
     if target.is_dir():
         return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{digest}-"))
+    staging = pathlib.Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{digest[:16]}-"))
     with zipfile.ZipFile(io.BytesIO(archive)) as zf:
         zf.extractall(staging)
     try:

@@ -9,16 +9,41 @@ with data-parallel workers.
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 from ray import tune
 
+from searchlab._failpoints import failpoint
+from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_path
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback, shipped_model_dir
+from searchlab.experiment._trial_runner import (
+    LENGTH_DONE_KEY,
+    TrialRunner,
+    checkpoint_rung_length,
+    earlier_checkpoints,
+    load_with_fallback,
+    shipped_model_dir,
+)
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
-__all__ = ["SearchlabTrainable"]
+__all__ = ["SearchlabTrainable", "checkpoint_rung_length", "existing_checkpoint"]
+
+
+def existing_checkpoint(restore_arg: Any, warn: Any) -> Any:
+    """Tune's restore argument, or one pointing at the newest earlier checkpoint of the trial
+    when the one Tune names is gone (deleted by hand, lost with a disk): the trial replays the
+    batches in between. None when the trial has no checkpoint left: it starts from scratch."""
+    path = checkpoint_path_of(restore_arg)
+    if path is None or pathlib.Path(path).exists():
+        return restore_arg
+    for candidate in earlier_checkpoints(pathlib.Path(path)):
+        if any((candidate / n).is_file() for n in ("state-dict.pth", "state_dict.pth")):
+            warn(f"checkpoint {path} is missing; resuming from the earlier checkpoint {candidate}")
+            return with_checkpoint_path(restore_arg, str(candidate))
+    warn(f"checkpoint {path} is missing and no earlier one exists; the trial starts over")
+    return None
 
 
 class SearchlabTrainable(tune.Trainable):
@@ -54,7 +79,10 @@ class SearchlabTrainable(tune.Trainable):
             assert self._runner is not None
             saved = self._runner.state()
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
-                write_checkpoint_files(checkpoint_dir, *saved)
+                state, metadata = saved
+                metadata = {**metadata, LENGTH_DONE_KEY: self._runner.length_done}
+                write_checkpoint_files(checkpoint_dir, state, metadata)
+                failpoint("checkpoint-write")  # written, not yet handed to Tune
                 self._runner.checkpoint_written(checkpoint_dir)
         if self._runner is not None and self._runner.at_rung_end:
             self._idle.arm()  # a pause at a rung: nothing may call the actor for a long time
@@ -66,7 +94,15 @@ class SearchlabTrainable(tune.Trainable):
             if self._runner.loop is None and not self._runner.parked:
                 return
             state, used = load_with_fallback(str(checkpoint))
-            self._runner.load(state, checkpoint_uuid=used.name)
+            done = checkpoint_rung_length(used) or 0
+            self._runner.load(state, checkpoint_uuid=used.name, length_done=done)
+
+    def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        assert self._runner is not None
+        checkpoint_path = existing_checkpoint(checkpoint_path, self._runner.warn)
+        if checkpoint_path is None:
+            return None
+        return super().restore(checkpoint_path, *args, **kwargs)
 
     def reset(self, *args: Any, **kwargs: Any) -> bool:
         # Tune switches the actor's trial id, directory and log files before reset_config:

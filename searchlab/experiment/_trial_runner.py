@@ -8,6 +8,7 @@ Used by the single-process trainable and by every worker of a data-parallel tria
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 import os
@@ -30,17 +31,20 @@ from searchlab.pytorch import (
     TrialLoop,
     load_trial_class,
 )
-from searchlab.pytorch._checkpoint import load_checkpoint
+from searchlab.pytorch._checkpoint import METADATA_FILE, load_checkpoint
 from searchlab.pytorch._trainer import seed_everything
 
 __all__ = [
     "FATAL_KEY",
     "INVALID_HP_KEY",
+    "LENGTH_DONE_KEY",
     "LENGTH_KEY",
     "RUNG_KEY",
     "TRIAL_ERROR_KEY",
     "WARNING_KEY",
     "TrialRunner",
+    "checkpoint_rung_length",
+    "earlier_checkpoints",
     "load_with_fallback",
     "shipped_model_dir",
 ]
@@ -53,6 +57,8 @@ INVALID_HP_KEY = "searchlab_invalid_hp"
 FATAL_KEY = "searchlab_fatal"  # a user error every trial would hit: the experiment stops
 TRIAL_ERROR_KEY = "searchlab_trial_error"  # this trial failed for good (e.g. a NaN loss)
 WARNING_KEY = "searchlab_warning"  # something the user should know (a corrupt checkpoint skipped)
+# In a checkpoint's metadata: the longest rung length whose result the trial had reported.
+LENGTH_DONE_KEY = "searchlab_length_done"
 # In a state dict from ``load_with_fallback``: why it is an earlier checkpoint's. The trainable
 # hands the state to ``TrialRunner.load``, which reports it with the trial's next result (a
 # warning on a worker would only reach Ray's log files).
@@ -85,6 +91,7 @@ class TrialRunner:
         self._parked: tuple[bytes, str | None] | None = None
         self._saved_state: dict[str, Any] | None = None  # the last state(), until training
         self._last_rung_end = False
+        self.length_done = 0  # the longest rung length whose validation was reported
         self._checkpoint_uuid: str | None = None
         self.loop: TrialLoop | None = None
         try:
@@ -243,6 +250,7 @@ class TrialRunner:
             if report.batches in batch_ends:
                 rung = batch_ends.index(report.batches)
                 result[LENGTH_KEY] = self._rung_ends[rung]
+                self.length_done = max(self.length_done, self._rung_ends[rung])
                 result[RUNG_KEY] = rung
                 result["done"] = rung == len(batch_ends) - 1
         if report.stop_requested:
@@ -256,7 +264,9 @@ class TrialRunner:
         """A NaN or infinite loss or searcher metric ends the trial with a clear error."""
         name = "loss" if report.group == "training" else self._spec.metric
         value = report.metrics.get(name)
-        if report.group not in ("training", "validation") or value is None or math.isfinite(value):
+        if report.group not in ("training", "validation") or not isinstance(value, int | float):
+            return None  # a metric that is not a number (a list, a string) is only reported
+        if math.isfinite(value):
             return None
         first = report.first_non_finite.get(name, report.batches)
         where = f"batch {first}" + (
@@ -275,12 +285,19 @@ class TrialRunner:
         self._saved_state = self.loop.state_dict()
         return self._saved_state, self.loop.metadata()
 
+    def warn(self, message: str) -> None:
+        """Report ``message`` to the driver with the trial's next result."""
+        self._warnings.append(message)
+
     def checkpoint_written(self, directory: str) -> None:
         self.unpark()
         if self.loop is not None:
             self.loop.checkpoint_written(directory)
 
-    def load(self, state: dict[str, Any], checkpoint_uuid: str | None) -> None:
+    def load(
+        self, state: dict[str, Any], checkpoint_uuid: str | None, length_done: int = 0
+    ) -> None:
+        self.length_done = length_done
         if _FALLBACK_KEY in state:
             state = dict(state)
             self._warnings.append(str(state.pop(_FALLBACK_KEY)))
@@ -326,8 +343,21 @@ def shipped_model_dir(spec: ExperimentSpec) -> str:
     return spec.model_dir
 
 
+def earlier_checkpoints(path: pathlib.Path) -> list[pathlib.Path]:
+    """A trial's checkpoints older than ``path`` (Tune's ``checkpoint_<index>`` siblings),
+    newest first."""
+    return sorted(
+        (p for p in path.parent.glob("checkpoint_*") if p.name < path.name and p.is_dir()),
+        reverse=True,
+    )
+
+
 def load_with_fallback(path: str | os.PathLike[str]) -> tuple[dict[str, Any], pathlib.Path]:
     """Load a Tune checkpoint; if it is corrupt, warn and use the newest earlier one that loads.
+
+    The experiment's own checkpoints, written by its trials, load with the full unpickler
+    (``trusted``): resuming an experiment runs its model code anyway, and a callback's state
+    may hold the user's own objects.
 
     Tune keeps a trial's checkpoints as ``checkpoint_000000``, ``checkpoint_000001``, ... in the
     trial directory, so the earlier ones are the siblings with smaller names. The state of an
@@ -338,14 +368,11 @@ def load_with_fallback(path: str | os.PathLike[str]) -> tuple[dict[str, Any], pa
     """
     path = pathlib.Path(path)
     try:
-        return load_checkpoint(path)[0], path
+        return load_checkpoint(path, trusted=True)[0], path
     except CheckpointError as first_error:
-        earlier = sorted(
-            (p for p in path.parent.glob("checkpoint_*") if p.name < path.name), reverse=True
-        )
-        for candidate in earlier:
+        for candidate in earlier_checkpoints(path):
             try:
-                state = load_checkpoint(candidate)[0]
+                state = load_checkpoint(candidate, trusted=True)[0]
             except CheckpointError:
                 continue
             message = f"{first_error}; resuming from the earlier checkpoint {candidate}"
@@ -354,3 +381,12 @@ def load_with_fallback(path: str | os.PathLike[str]) -> tuple[dict[str, Any], pa
             state[_FALLBACK_KEY] = message
             return state, candidate
         raise
+
+
+def checkpoint_rung_length(path: str | os.PathLike[str]) -> int | None:
+    """The longest rung length whose result the trial had reported when it saved ``path``."""
+    try:
+        meta = json.loads((pathlib.Path(path) / METADATA_FILE).read_text())
+        return int(meta[LENGTH_DONE_KEY])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

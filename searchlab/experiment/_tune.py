@@ -4,21 +4,144 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import pathlib
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ray.tune.stopper import Stopper
-
-from searchlab._ray_env import connect_ray, quiet_ray_environment
+from searchlab._ray_env import connect_ray, ray_environment
 from searchlab.config import ExperimentConfig
+from searchlab.errors import ConfigError
 from searchlab.experiment._ship import pack_model_dir
 from searchlab.experiment._spec import ExperimentSpec
 
 __all__ = ["RunOutcome", "run_tuner"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    fatal: str | None  # a user error every trial would hit stopped the experiment
+    interrupted: bool  # Ctrl-C (or a full disk) paused the trials; `searchlab resume` goes on
+    write_error: str | None = None  # a write that failed (a full disk) paused the run
+
+
+def run_tuner(
+    cfg: ExperimentConfig,
+    spec: ExperimentSpec,
+    exp_dir: pathlib.Path,
+    *,
+    address: str | None,
+    echo: Callable[[str], None],
+    ship: dict[str, Any],
+    restore: bool = False,
+    max_grid_trials: int | None = None,
+) -> RunOutcome:
+    """Run the experiment (or, with ``restore``, continue it) until it ends or is interrupted."""
+    with ray_environment() as tune_messages:
+        import ray
+
+        from searchlab.experiment._resources import trial_resources
+
+        started = connect_ray(address, runtime_env=ship)
+        reaper = _start_reaper() if started and not address else None
+        try:
+            if not started:  # Ray was up already: the job's working_dir cannot carry the dir
+                spec = dataclasses.replace(
+                    spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
+                )
+            resources = trial_resources(cfg, ray.nodes())
+            parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
+            with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):
+                tuner = (
+                    _restored_tuner(exp_dir, parts) if restore else _new_tuner(cfg, exp_dir, parts)
+                )
+                verb = "continues" if restore else "starts"
+                echo(
+                    f"experiment {spec.name} {verb}: {cfg.searcher.name.value} search, "
+                    f"results in {exp_dir}"
+                )
+                with _interrupt_handler(parts.control, echo):
+                    try:
+                        tuner.fit()
+                    except Exception:
+                        _raise_restore_failure(
+                            parts.control, tune_messages.restore_failure, exp_dir
+                        )
+                        if parts.recorder.write_error is None:
+                            raise
+                        # A full disk: Tune saved its state, then failed reading back the
+                        # files it could not write; the run is paused, which is reported.
+            _raise_restore_failure(parts.control, tune_messages.restore_failure, exp_dir)
+            parts.recorder.print_table()
+            return RunOutcome(
+                fatal=parts.recorder.fatal,
+                interrupted=parts.control.interrupted,
+                write_error=parts.recorder.write_error,
+            )
+        finally:
+            if started:
+                ray.shutdown()
+            if reaper is not None:
+                _stop_reaper(reaper)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TunerParts:
+    searcher: Any
+    scheduler: Any
+    recorder: Any
+    result_log: Any
+    control: Any
+    trainable: Any
+    fit: int  # trials that fit in the cluster at once
+
+
+def _build_parts(
+    cfg: ExperimentConfig,
+    spec: ExperimentSpec,
+    exp_dir: pathlib.Path,
+    echo: Callable[[str], None],
+    resources: dict[str, float],
+    restore: bool,
+    max_grid_trials: int | None,
+) -> _TunerParts:
+    import ray
+
+    from searchers import build_search_method
+    from searchers._driver import SearchDriver
+    from searchlab.experiment._adapters import GatedSearcher, RunControl, SearchScheduler
+    from searchlab.experiment._loggers import ResultLog
+    from searchlab.experiment._recorder import TrialRecorder
+    from searchlab.experiment._snapshot import Snapshots
+
+    method = build_search_method(cfg, max_grid_trials=max_grid_trials)
+    driver = SearchDriver(method, smaller_is_better=spec.smaller_is_better)
+    control = RunControl(restored=restore)
+    snapshots = Snapshots(exp_dir, cfg.to_dict())
+    searcher = GatedSearcher(driver, spec.metric, spec.smaller_is_better, control, snapshots)
+    scheduler = SearchScheduler(
+        searcher, spec.smaller_is_better, checkpoint_length=_checkpoint_length
+    )
+    recorder = TrialRecorder(
+        spec,
+        exp_dir,
+        echo,
+        rung_table=getattr(method, "rung_table", None),
+        control=control,
+        snapshots=snapshots,
+        restored=restore,
+    )
+    result_log = ResultLog(exp_dir, recorder.write_failed)
+    # Tune lets a custom searcher have one trial pending at a time, so an adaptive search
+    # would start trials one by one and a fresh worker loses the race to a cached one:
+    # allow as many pending trials as fit in the cluster at once.
+    fit = _trials_that_fit(cfg, resources, ray.cluster_resources())
+    return _TunerParts(
+        searcher, scheduler, recorder, result_log, control, _trainable(spec, resources), fit
+    )
 
 
 def _trainable(spec: ExperimentSpec, resources: dict[str, float]) -> Any:
@@ -40,58 +163,13 @@ def _trial_dirname(trial: Any) -> str:
     return str(trial.trial_id)
 
 
-def run_tuner(
-    cfg: ExperimentConfig,
-    spec: ExperimentSpec,
-    exp_dir: pathlib.Path,
-    *,
-    address: str | None,
-    echo: Callable[[str], None],
-    ship: dict[str, Any],
-    restore: bool = False,
-) -> RunOutcome:
-    """Run the experiment (or, with ``restore``, continue it) until it ends or is interrupted."""
-    quiet_ray_environment()
-    import ray
+def _checkpoint_length(trial: Any) -> int | None:
+    """The longest rung length the trial's latest checkpoint completed (None: unknown)."""
+    from searchlab.experiment._trainable import checkpoint_rung_length
 
-    from searchers import build_search_method
-    from searchlab.experiment._adapters import GatedSearcher, RunControl, SearchScheduler
-    from searchlab.experiment._recorder import TrialRecorder
-    from searchlab.experiment._resources import trial_resources
-
-    method = build_search_method(cfg)
-    started = connect_ray(address, runtime_env=ship)
-    if not started:  # Ray was up already: the job's working_dir cannot carry the model dir
-        spec = dataclasses.replace(spec, model_archive=ray.put(pack_model_dir(spec.model_dir)))
-    try:
-        resources = trial_resources(cfg, ray.cluster_resources())
-        control = RunControl(restored=restore)
-        searcher = GatedSearcher(method, spec.metric, spec.smaller_is_better, control)
-        scheduler = SearchScheduler(searcher, spec.smaller_is_better)
-        recorder = TrialRecorder(
-            spec, exp_dir, echo, rung_table=getattr(method, "rung_table", None), restored=restore
-        )
-        parts = _TunerParts(searcher, scheduler, recorder, control, _trainable(spec, resources))
-        # Tune lets a custom searcher have one trial pending at a time, so an adaptive search
-        # would start trials one by one and a fresh worker loses the race to a cached one:
-        # allow as many pending trials as fit in the cluster at once.
-        os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(
-            _trials_that_fit(cfg, resources, ray.cluster_resources())
-        )
-        tuner = (
-            _restored_tuner(exp_dir, parts) if restore else _new_tuner(cfg, spec, exp_dir, parts)
-        )
-        verb = "continues" if restore else "starts"
-        echo(
-            f"experiment {spec.name} {verb}: {cfg.searcher.name.value} search, results in {exp_dir}"
-        )
-        with _interrupt_handler(control, echo):
-            tuner.fit()
-        recorder.print_table()
-        return RunOutcome(fatal=recorder.fatal, interrupted=control.interrupted)
-    finally:
-        if started:
-            ray.shutdown()
+    checkpoint = trial.checkpoint
+    path = getattr(checkpoint, "path", None)
+    return checkpoint_rung_length(path) if path else None
 
 
 def _trials_that_fit(
@@ -104,27 +182,8 @@ def _trials_that_fit(
     return max(1, min(fit, concurrency))
 
 
-@dataclasses.dataclass(frozen=True)
-class RunOutcome:
-    fatal: str | None  # a user error every trial would hit stopped the experiment
-    interrupted: bool  # Ctrl-C paused the trials; `searchlab resume` continues
-
-
-@dataclasses.dataclass(frozen=True)
-class _TunerParts:
-    searcher: Any
-    scheduler: Any
-    recorder: Any
-    control: Any
-    trainable: Any
-
-
-def _new_tuner(
-    cfg: ExperimentConfig, spec: ExperimentSpec, exp_dir: pathlib.Path, parts: _TunerParts
-) -> Any:
+def _new_tuner(cfg: ExperimentConfig, exp_dir: pathlib.Path, parts: _TunerParts) -> Any:
     from ray import tune
-
-    from searchlab.experiment._loggers import result_loggers
 
     concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or None
     adaptive = hasattr(parts.searcher.method, "rung_table")
@@ -143,9 +202,8 @@ def _new_tuner(
             name=exp_dir.name,
             storage_path=str(exp_dir.parent),
             verbose=0,
-            callbacks=[parts.recorder, *result_loggers()],
+            callbacks=[parts.recorder, parts.result_log],
             failure_config=tune.FailureConfig(max_failures=cfg.max_restarts),
-            stop=_ExperimentStopper(parts.recorder),
             log_to_file=True,
         ),
     )
@@ -156,31 +214,59 @@ def _restored_tuner(exp_dir: pathlib.Path, parts: _TunerParts) -> Any:
     driver's live objects: Tune restores the searcher's state into ``parts.searcher``."""
     from ray import tune
 
-    from searchlab.experiment._loggers import result_loggers
+    from searchlab.experiment._compat import replace_restored_parts
 
     tuner = tune.Tuner.restore(
-        str(exp_dir), trainable=parts.trainable, resume_unfinished=True, resume_errored=False
+        str(exp_dir), trainable=parts.trainable, resume_unfinished=True, resume_errored=True
+    )  # errored trials come back too: the search driver stops those that ended for good
+    replace_restored_parts(
+        tuner,
+        search_alg=parts.searcher,
+        scheduler=parts.scheduler,
+        callbacks=[parts.recorder, parts.result_log],
     )
-    internal: Any = tuner._local_tuner  # Tune offers no public way to swap these on restore
-    internal._tune_config.search_alg = parts.searcher
-    internal._tune_config.scheduler = parts.scheduler
-    internal._run_config.callbacks = [parts.recorder, *result_loggers()]
-    internal._run_config.stop = _ExperimentStopper(parts.recorder)
-    internal._run_config.verbose = 0
     return tuner
 
 
-class _ExperimentStopper(Stopper):
-    """Ends the run when a user error would hit every trial."""
+def _raise_restore_failure(control: Any, logged: str | None, exp_dir: pathlib.Path) -> None:
+    """Tune logs a failed restore and starts the search over; searchlab refuses instead."""
+    if not control.restore_failed:
+        return
+    reason = control.restore_error or logged or "the saved search state was not found"
+    raise ConfigError(
+        f"{exp_dir}: cannot resume: Ray Tune could not restore the experiment ({reason}); "
+        f"nothing was changed. `searchlab resume {exp_dir} --force-restart` starts the search "
+        "over in a new directory"
+    )
 
-    def __init__(self, recorder: Any) -> None:
-        self._recorder = recorder
 
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        return False
+def _start_reaper() -> subprocess.Popen[bytes] | None:
+    """A watcher that ends this driver's Ray processes if the driver dies (``_reaper.py``)."""
+    import os
 
-    def stop_all(self) -> bool:
-        return self._recorder.fatal is not None
+    script = pathlib.Path(__file__).with_name("_reaper.py")
+    try:
+        return subprocess.Popen(
+            [sys.executable, str(script), str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C in the terminal is the driver's to handle
+        )
+    except OSError:
+        return None  # the run goes on; only the clean-up after a kill -9 is lost
+
+
+def _stop_reaper(reaper: subprocess.Popen[bytes]) -> None:
+    from searchlab.experiment._reaper import CLEAN_EXIT
+
+    try:
+        assert reaper.stdin is not None
+        reaper.stdin.write(CLEAN_EXIT)
+        reaper.stdin.close()
+        reaper.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        reaper.kill()
 
 
 @contextlib.contextmanager
@@ -196,7 +282,6 @@ def _interrupt_handler(control: Any, echo: Callable[[str], None]) -> Iterator[No
         control.interrupted = True
         echo("interrupted: pausing every trial at a checkpoint (Ctrl-C again quits at once)")
 
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         yield

@@ -214,8 +214,8 @@ def test_trial_resources_beyond_the_cluster(
     assert main(["run", path, str(TOY_MODEL_DIR), "--storage-path", str(storage)]) == 2
     line = _one_line_error(capsys)
     assert re.match(
-        r"searchlab: error: bad\.yaml: resources.*: each trial asks for 64 CPUs but the Ray "
-        r"cluster has 2",
+        r"searchlab: error: bad\.yaml: resources: each trial asks for 64 CPU but the Ray "
+        r"cluster has 1 node\(s\): 2 CPU/0 GPU in all; lower",
         line,
     ), line
     assert not (storage / "bad").exists()  # no half experiment: a fixed rerun gets the name

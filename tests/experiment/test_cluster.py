@@ -249,7 +249,8 @@ def _check_shipped_as_archive(tmp_path: pathlib.Path, model_dir: pathlib.Path) -
     for origin in origins:
         module_file = pathlib.Path(origin["module_file"])
         assert not module_file.is_relative_to(model_dir), origin
-        assert "searchlab-models" in module_file.parts, origin
+        # ... in this user's private directory of shipped model code
+        assert f"searchlab-models-{os.getuid()}" in module_file.parts, origin
 
 
 def _check_running_and_clean(cluster: LocalCluster) -> None:

@@ -17,7 +17,9 @@ LENGTH = 20
 
 def _config(searcher: dict[str, Any], lr: Any, gpus: float) -> dict[str, Any]:
     # One GPU per worker where 2 GPUs exist (nccl); otherwise CPU workers (gloo).
-    resources = {"slots_per_trial": 2, "cpus_per_trial": 0.5}
+    # A CPU per worker: one 2-worker trial fills the 2-CPU test cluster, so trials run one
+    # at a time and the winner pauses at its rung before it is promoted.
+    resources = {"slots_per_trial": 2, "cpus_per_trial": 1}
     if gpus < 2:
         resources["gpus_per_trial"] = 0
     return {

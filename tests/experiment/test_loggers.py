@@ -1,63 +1,74 @@
-"""Tune's result files of a trial: closed while it is paused, appended to when it goes on."""
+"""Each trial's reports, appended straight into the experiment directory."""
 
 from __future__ import annotations
 
-import csv
 import json
 import pathlib
 from typing import Any
 
-import pytest
 from ray.tune.experiment import Trial
 
-from searchlab.experiment._loggers import CsvResultLogger, JsonResultLogger
+from searchlab.experiment._loggers import ResultLog
 
 
 class FakeTrial:
-    """What the loggers read of a Tune trial: its staging directory, config and status."""
+    """What the result log reads of a Tune trial: its id, config and status."""
 
-    def __init__(self, path: pathlib.Path) -> None:
-        self.local_path = str(path)
-        self.config: dict[str, Any] = {"lr": 0.1}
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+        self.config: dict[str, Any] = {"hparams": {"lr": 0.1}}
         self.status = Trial.RUNNING
 
-    def init_local_path(self) -> None:
-        pathlib.Path(self.local_path).mkdir(parents=True, exist_ok=True)
+
+def _lines(path: pathlib.Path) -> list[str]:
+    return path.read_text().splitlines()
 
 
-@pytest.fixture
-def trial(tmp_path: pathlib.Path) -> FakeTrial:
-    t = FakeTrial(tmp_path / "trial")
-    t.init_local_path()
-    for name in ("result.json", "progress.csv"):  # the driver's staging copies exist
-        (tmp_path / "trial" / name).touch()
-    return t
+def test_reports_are_on_disk_as_soon_as_they_are_logged(tmp_path: pathlib.Path) -> None:
+    log = ResultLog(tmp_path, on_error=lambda exc, path: None)
+    trial = FakeTrial("t1")
+    log.on_trial_start(0, [trial], trial)
+    log.on_trial_result(1, [trial], trial, {"batches": 2, "loss": 0.5, "config": {"x": 1}})
+    # Nothing closed, nothing synced: a driver killed now has lost nothing.
+    rows = [json.loads(x) for x in _lines(tmp_path / "t1" / "result.json")]
+    assert rows == [{"batches": 2, "loss": 0.5}]  # the config is kept once, in params.json
+    assert json.loads((tmp_path / "t1" / "params.json").read_text()) == trial.config
 
 
-def _pause_and_go_on(logger: Any, trial: FakeTrial) -> None:
-    logger.log_trial_result(1, trial, {"training_iteration": 1, "loss": 0.5, "batches": 2})
+def test_a_paused_trial_holds_no_open_file_and_appends_when_it_goes_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    log = ResultLog(tmp_path, on_error=lambda exc, path: None)
+    trial = FakeTrial("t1")
+    log.on_trial_result(1, [trial], trial, {"batches": 2})
     trial.status = Trial.PAUSED
-    logger.on_step_end(1, [trial])
-    assert trial not in logger._trial_files  # no file kept open for a paused trial
+    log.on_step_end(1, [trial])
+    assert "t1" not in log._files
     trial.status = Trial.RUNNING
-    logger.log_trial_result(2, trial, {"training_iteration": 2, "batches": 4, "accuracy": 0.9})
-    logger.log_trial_end(trial)
+    log.on_trial_result(2, [trial], trial, {"batches": 4, "accuracy": 0.9})
+    log.on_experiment_end([trial])
+    assert [json.loads(x)["batches"] for x in _lines(tmp_path / "t1" / "result.json")] == [2, 4]
 
 
-def test_json_results_survive_a_pause_with_the_file_closed(trial: FakeTrial) -> None:
-    _pause_and_go_on(JsonResultLogger(), trial)
+def test_a_line_cut_short_by_a_crash_spoils_only_itself(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t1" / "result.json").write_text('{"batches": 2}\n{"batches": 4, "lo')
+    log = ResultLog(tmp_path, on_error=lambda exc, path: None)
+    trial = FakeTrial("t1")
+    log.on_trial_result(1, [trial], trial, {"batches": 4, "loss": 0.25})
+    log.on_experiment_end([trial])
+    lines = _lines(tmp_path / "t1" / "result.json")
+    assert lines[0] == '{"batches": 2}' and lines[1] == '{"batches": 4, "lo'
+    assert json.loads(lines[2]) == {"batches": 4, "loss": 0.25}
 
-    lines = pathlib.Path(trial.local_path, "result.json").read_text().splitlines()
-    assert [json.loads(line)["batches"] for line in lines] == [2, 4]
 
-
-def test_csv_rows_after_a_pause_keep_the_header_columns(trial: FakeTrial) -> None:
-    _pause_and_go_on(CsvResultLogger(), trial)
-
-    with pathlib.Path(trial.local_path, "progress.csv").open(newline="") as f:
-        rows = list(csv.reader(f))
-    assert rows == [
-        ["training_iteration", "loss", "batches"],
-        ["1", "0.5", "2"],
-        ["2", "", "4"],  # a column the header lacks is left out, none is shifted
-    ]
+def test_a_failed_write_is_reported_once_and_later_ones_are_skipped(
+    tmp_path: pathlib.Path,
+) -> None:
+    errors: list[tuple[OSError, pathlib.Path]] = []
+    (tmp_path / "t1").write_text("a file where the trial directory should be")
+    log = ResultLog(tmp_path, on_error=lambda exc, path: errors.append((exc, path)))
+    trial = FakeTrial("t1")
+    log.on_trial_result(1, [trial], trial, {"batches": 2})
+    log.on_trial_result(2, [trial], trial, {"batches": 4})
+    assert len(errors) == 1 and errors[0][1] == tmp_path / "t1" / "result.json"

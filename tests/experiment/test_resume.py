@@ -168,6 +168,9 @@ def test_ctrl_c_pauses_everything_then_resume_finishes(
     assert _ray_pids(ray_tmp) == []  # searchlab started Ray, so it leaves none behind
     interrupted = searchlab.load_results(exp_dir).trials
     assert not (interrupted["state"] == "RUNNING").any()
+    # Trials not started when Ctrl-C came stay unstarted (resumable), not "completed".
+    assert not ((interrupted["state"] == "COMPLETED") & (interrupted["batches"] == 0)).any()
+    assert set(interrupted["state"]) <= {"COMPLETED", "PAUSED", "PENDING"}
 
     resumed_log = tmp_path / "resume.log"
     resumed = _searchlab(["resume", str(exp_dir)], ray_tmp, resumed_log)

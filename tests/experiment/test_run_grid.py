@@ -12,10 +12,11 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from toy_experiment import TOY_MODEL_DIR, toy_config
+from toy_experiment import TOY_ENTRYPOINT, TOY_MODEL_DIR, toy_config
 
 import searchlab
 from searchlab.cli import main
+from searchlab.pytorch import load_trial_class
 
 pytestmark = pytest.mark.ray
 
@@ -148,7 +149,7 @@ def test_best_trial_and_best_checkpoint(grid_run: dict[str, Any]) -> None:
 def test_load_trial_has_the_checkpoint_weights(grid_run: dict[str, Any]) -> None:
     results = grid_run["results"]
     best = results.best_trial()
-    trial = results.load_trial(best["trial_id"])
+    trial = results.load_trial(best["trial_id"], trusted=True)  # the toy model is ours
     state = torch.load(
         pathlib.Path(best["checkpoint"]) / "state-dict.pth", map_location="cpu", weights_only=False
     )
@@ -293,6 +294,7 @@ def test_checkpoint_is_the_best_one_not_the_latest(
     best = pathlib.Path(results.best_checkpoint())
     assert json.loads((best / "metadata.json").read_text())["batches_trained"] == 3
     saved = torch.load(best / "state-dict.pth", map_location="cpu", weights_only=False)
-    loaded = results.load_trial(trial["trial_id"]).model.state_dict()
+    trial_class = load_trial_class(TOY_ENTRYPOINT, TOY_MODEL_DIR)
+    loaded = results.load_trial(trial["trial_id"], trial_class=trial_class).model.state_dict()
     for key, tensor in saved["models_state_dict"][0].items():
         assert torch.equal(loaded[key].cpu(), tensor), key

@@ -11,6 +11,7 @@ is registered a step after the result that asked for it).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import random
 from collections import Counter
@@ -187,7 +188,7 @@ def test_an_uninterrupted_search_gives_every_result_to_the_method_once() -> None
     assert set(method.seen.values()) == {1}
     rungs = method.rung_table()[0]["rungs"]
     assert rungs[0]["results"] == 8
-    for lower, upper in zip(rungs, rungs[1:]):  # every promotion came back with a result
+    for lower, upper in itertools.pairwise(rungs):  # each promotion came back with a result
         assert upper["results"] == lower["promoted"] >= 1
     assert all(t.status is RunnerStatus.ENDED for t in runner.trials.values())
 

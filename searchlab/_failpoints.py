@@ -1,0 +1,43 @@
+"""Named crash points, for the crash tests: ``kill -9`` at an exact moment of a search.
+
+A crash test cannot hit "right after a trial finished" with a timer on a busy machine. The
+places in searchlab where a crash is most dangerous call :func:`failpoint` with a name; it does
+nothing unless the environment variable ``SEARCHLAB_FAILPOINTS`` names it, as
+``name[:n][,name[:n]...]``: the n-th time (default the first) this process passes that point,
+the experiment's driver is killed with SIGKILL (as the kernel's OOM killer or a lost node
+would), and so is this process if it is a trial worker. The driver passes its pid and the
+variable on to its trial workers. Nothing is read or done when the variable is unset.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["DRIVER_PID_VAR", "ENV_VAR", "failpoint", "worker_env"]
+
+ENV_VAR = "SEARCHLAB_FAILPOINTS"
+DRIVER_PID_VAR = "SEARCHLAB_FAILPOINTS_DRIVER_PID"
+_passed: dict[str, int] = {}
+
+
+def failpoint(name: str) -> None:
+    """Kill the driver (and this process) here if ``SEARCHLAB_FAILPOINTS`` says so."""
+    spec = os.environ.get(ENV_VAR)
+    if not spec:
+        return
+    for item in spec.split(","):
+        point, _, count = item.strip().partition(":")
+        if point != name:
+            continue
+        _passed[name] = _passed.get(name, 0) + 1
+        if _passed[name] == int(count or 1):
+            driver = int(os.environ.get(DRIVER_PID_VAR) or os.getpid())
+            os.kill(driver, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def worker_env() -> dict[str, str]:
+    """What trial workers need to reach the driver's crash points (empty when none is set)."""
+    spec = os.environ.get(ENV_VAR)
+    return {ENV_VAR: spec, DRIVER_PID_VAR: str(os.getpid())} if spec else {}

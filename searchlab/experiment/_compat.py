@@ -1,0 +1,132 @@
+"""Every use of a Ray Tune or torch name that is not public API, in one place.
+
+Each function here is covered by a canary test (``tests/experiment/test_compat.py``) that fails
+with a clear message when the installed Ray or torch changes what it relies on, so an upgrade
+breaks a test here instead of an experiment. Nothing else in searchlab may reach into Ray's or
+torch's private names (``git grep`` for ``\\._[a-z]`` attribute access on Ray objects should
+find only this module).
+
+Supported Ray range: the one pinned in ``pyproject.toml`` (``ray[tune]>=2.60,<2.61``).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+from typing import Any
+
+__all__ = [
+    "TUNE_LOGGERS",
+    "TUNE_MESSAGES_REPORTED_BY_SEARCHLAB",
+    "TUNE_RESTORE_FAILED",
+    "TUNE_STATE_PATTERNS",
+    "checkpoint_path_of",
+    "clear_cublas_workspaces",
+    "end_run_resumably",
+    "replace_restored_parts",
+    "set_trial_paused",
+    "tune_session_of",
+    "with_checkpoint_path",
+]
+
+# The loggers Tune's messages come from (a logger's filters see only its own records), and
+# the start of the messages searchlab reports itself, in its own words.
+TUNE_LOGGERS = (
+    "ray.tune.execution.tune_controller",
+    "ray.tune.execution.experiment_state",
+    "ray.tune.tune",
+    "ray.tune.analysis.experiment_analysis",
+    "ray.tune.result_grid",
+    "ray._private.worker",
+)
+TUNE_MESSAGES_REPORTED_BY_SEARCHLAB = (
+    "Trial task failed for trial",
+    "Failed to restore the run state",
+    "Stop signal received",
+    "Trials did not complete",
+    "Experiment has been interrupted",
+    "Failed to fetch metrics for",
+    "Unhandled error (suppress with",
+)
+TUNE_RESTORE_FAILED = "Failed to restore the run state"
+
+# The files Tune's experiment checkpoint writes into the driver's staging directory and syncs
+# to the experiment directory, one set per driver session (``<session>`` is a timestamp).
+TUNE_STATE_PATTERNS = {
+    "experiment_state": "experiment_state-{}.json",
+    "search_gen_state": "search_gen_state-{}.json",
+    "searcher_state": "searcher-state-{}.pkl",
+}
+
+
+def tune_session_of(path: pathlib.Path, kind: str) -> str | None:
+    """The session string in a Tune state file name (``experiment_state-<session>.json``)."""
+    prefix, _, suffix = TUNE_STATE_PATTERNS[kind].partition("{}")
+    name = path.name
+    if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix):
+        return name[len(prefix) : len(name) - len(suffix)]
+    return None
+
+
+def set_trial_paused(tune_controller: Any, trial: Any) -> None:
+    """Mark a PENDING trial PAUSED without running it (Tune has no public call for this).
+
+    Used after a restore (Tune brings every unfinished trial back as PENDING and would start
+    them all) and on Ctrl-C (trials not yet started stay unstarted).
+    """
+    from ray.tune.experiment import Trial
+
+    tune_controller._set_trial_status(trial, Trial.PAUSED)
+
+
+def end_run_resumably() -> None:
+    """End ``Tuner.fit`` now, leaving every trial as it is in the saved experiment state.
+
+    This is what Tune's own SIGUSR1 handler (installed by ``tune.run``) does; a Stopper would
+    terminate the trials instead, and nothing public ends a run with trials kept PAUSED.
+    """
+    os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def replace_restored_parts(
+    tuner: Any, *, search_alg: Any, scheduler: Any, callbacks: list[Any], stop: Any = None
+) -> None:
+    """Give a ``Tuner.restore``-d tuner this driver's live searcher, scheduler and callbacks.
+
+    ``Tuner.restore`` unpickles the objects the experiment started with; Tune then restores
+    the searcher's saved state into whatever searcher the tuner holds. Tune offers no public
+    way to hand it new objects.
+    """
+    internal = tuner._local_tuner
+    internal._tune_config.search_alg = search_alg
+    internal._tune_config.scheduler = scheduler
+    internal._run_config.callbacks = callbacks
+    internal._run_config.stop = stop
+    internal._run_config.verbose = 0
+
+
+def checkpoint_path_of(restore_arg: Any) -> str | None:
+    """The local path of the checkpoint Tune asks ``Trainable.restore`` to load."""
+    checkpoint = getattr(restore_arg, "checkpoint", restore_arg)
+    path = getattr(checkpoint, "path", checkpoint)
+    return str(path) if isinstance(path, str | os.PathLike) else None
+
+
+def with_checkpoint_path(restore_arg: Any, path: str) -> Any:
+    """``restore_arg`` (Tune's ``_TrainingResult`` or a Checkpoint) pointing at ``path``."""
+    from ray import tune
+
+    checkpoint = tune.Checkpoint.from_directory(path)
+    if hasattr(restore_arg, "checkpoint") and hasattr(restore_arg, "metrics"):
+        return type(restore_arg)(checkpoint=checkpoint, metrics=restore_arg.metrics)
+    return checkpoint
+
+
+def clear_cublas_workspaces() -> None:
+    """Free cuBLAS workspaces, which ``torch.cuda.empty_cache`` keeps (torch private)."""
+    import torch
+
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if callable(clear):
+        clear()

@@ -1,0 +1,166 @@
+"""The trial records of ``trials.json``: their fields, paths and reading back on resume.
+
+One record per trial: ``trial_id``, ``state``, ``hparams``, ``bracket``, ``rung``,
+``trial_seed``, ``batches``, ``best_metric``, ``last_metric``, ``checkpoint`` (the best),
+``latest_checkpoint``, ``error``, ``restarts``, ``warnings``, ``trial_dir`` and
+``saved_checkpoints`` (``path``, ``batches``, ``metric``). Paths are POSIX paths relative to
+the experiment directory (format version 2); version 1 files held absolute paths, which are
+re-rooted here by their ``<trial>/<checkpoint>`` tail, so a copied directory never points into
+the original.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import pathlib
+import re
+from typing import Any
+
+from searchlab.errors import ConfigError
+from searchlab.experiment._retention import inside
+from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+
+__all__ = [
+    "FINISHED",
+    "TRIALS_FILE",
+    "best_remaining",
+    "checkpoint_batches",
+    "holds_state",
+    "is_disk_full",
+    "load_records",
+    "new_record",
+    "public",
+    "relative_to",
+    "trial_error_text",
+]
+
+TRIALS_FILE = "trials.json"
+FINISHED = ("COMPLETED", "ERRORED", "INVALID_HP")
+_STATE_FILES = ("state-dict.pth", "state_dict.pth")
+_PATH_FIELDS = ("checkpoint", "latest_checkpoint")
+
+
+def new_record(trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+    info = config.get(TRIAL_KEY, {})
+    return {
+        "trial_id": trial_id,
+        "state": "PENDING",
+        "hparams": config.get(HPARAMS_KEY, {}),
+        "bracket": info.get("bracket"),
+        "rung": None,
+        "trial_seed": info.get("trial_seed"),
+        "batches": 0,
+        "best_metric": None,
+        "last_metric": None,
+        "checkpoint": None,
+        "latest_checkpoint": None,
+        "error": None,
+        "restarts": 0,
+        "warnings": [],
+        "trial_dir": trial_id,
+        "saved_checkpoints": [],
+    }
+
+
+def relative_to(root: pathlib.Path, path: str | os.PathLike[str] | None) -> str | None:
+    """``path`` relative to ``root`` as a POSIX string, or None when it lies outside."""
+    if path is None:
+        return None
+    try:
+        rel = pathlib.Path(os.path.abspath(path)).relative_to(os.path.abspath(root))
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else None
+
+
+def _reroot(root: pathlib.Path, path: Any) -> str | None:
+    """A stored path as a relative one inside ``root`` (old absolute paths by their tail)."""
+    if not isinstance(path, str) or not path:
+        return None
+    pure = pathlib.PurePosixPath(path)
+    if pure.is_absolute():
+        tail = pure.parts[-2:] if pure.name.startswith("checkpoint_") else pure.parts[-1:]
+        path = pathlib.PurePosixPath(*tail).as_posix()
+    return path if inside(root, path) is not None else None
+
+
+def load_records(experiment_dir: pathlib.Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The records of ``trials.json`` (and its pending deletions), paths made relative.
+
+    Raises:
+        ConfigError: the file is damaged; the message names it and what to do.
+    """
+    path = experiment_dir / TRIALS_FILE
+    if not path.is_file():
+        return {}, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        trials = list(data["trials"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"{path}: damaged ({type(exc).__name__}: {exc}); restore it from a backup, or "
+            "move it aside and resume again (the records are then rebuilt from Ray Tune's "
+            "state, without the best metrics of finished trials)"
+        ) from None
+    records: dict[str, dict[str, Any]] = {}
+    for rec in trials:
+        rec.setdefault("saved_checkpoints", [])
+        rec["trial_dir"] = str(rec["trial_id"])
+        for field in _PATH_FIELDS:
+            rec[field] = _reroot(experiment_dir, rec.get(field))
+        rec["saved_checkpoints"] = [
+            {**c, "path": p}
+            for c in rec["saved_checkpoints"]
+            if (p := _reroot(experiment_dir, c.get("path"))) is not None
+        ]
+        records[str(rec["trial_id"])] = rec
+    pending = [p for x in data.get("pending_deletions", []) if (p := _reroot(experiment_dir, x))]
+    return records, pending
+
+
+def public(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if not k.startswith("_")}
+
+
+def checkpoint_batches(path: pathlib.Path) -> int | None:
+    try:
+        meta = json.loads((path / "metadata.json").read_text())
+        return int(meta["batches_trained"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def best_remaining(saved: list[dict[str, Any]], spec: ExperimentSpec) -> str | None:
+    sign = 1.0 if spec.smaller_is_better else -1.0
+    validated = [c for c in saved if c["metric"] is not None and math.isfinite(c["metric"])]
+    return min(validated, key=lambda c: sign * c["metric"])["path"] if validated else None
+
+
+def holds_state(directory: pathlib.Path) -> bool:
+    """False for a checkpoint directory without a trial state (nothing to load from it)."""
+    return any((directory / name).is_file() for name in _STATE_FILES)
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_DISK_FULL = f"[Errno {errno.ENOSPC}]"
+
+
+def trial_error_text(trial: Any) -> str:
+    """The traceback Tune saved for a failed trial (its error file), without colour codes."""
+    path = getattr(trial, "error_file", None) or ""
+    text = ""
+    try:
+        if path and os.path.exists(path):
+            text = pathlib.Path(path).read_text()
+    except OSError:
+        pass
+    text = text or str(getattr(trial, "error_msg", "") or "unknown error")
+    return _ANSI_ESCAPE.sub("", text)  # Ray colours the actor name in tracebacks
+
+
+def is_disk_full(error_text: str) -> bool:
+    """The trial failed because a disk was full (ENOSPC): a pause, not the trial's fault."""
+    return _DISK_FULL in error_text

@@ -1,0 +1,182 @@
+"""Canaries: each Ray Tune or torch internal searchlab relies on, checked against the installed one.
+
+A failure here means an upgrade changed something ``searchlab/experiment/_compat.py`` uses;
+the message says what, so the fix is made there before any experiment breaks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pathlib
+import re
+import signal
+import subprocess
+
+import pytest
+import ray
+from ray import tune
+from ray.tune.execution.tune_controller import TuneController
+from ray.tune.experiment import Trial
+
+from searchlab.experiment import _compat
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_supported_ray_range_is_the_installed_one() -> None:
+    pinned = re.search(r'"ray\[tune\]>=([\d.]+),<([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned, "pyproject.toml must pin ray[tune] to a tested range"
+    low, high = (tuple(int(x) for x in v.split(".")) for v in pinned.groups())
+    installed = tuple(int(x) for x in ray.__version__.split(".")[:2])
+    assert low[:2] <= installed < high[:2], (
+        f"Ray {ray.__version__} is outside the tested range {pinned.group(0)}: run these "
+        "canaries on it and widen the pin in pyproject.toml"
+    )
+
+
+def test_tune_controller_can_set_a_trial_status() -> None:
+    assert hasattr(TuneController, "_set_trial_status"), (
+        "TuneController._set_trial_status is gone: searchlab re-pauses restored trials with it "
+        "(_compat.set_trial_paused)"
+    )
+    params = list(inspect.signature(TuneController._set_trial_status).parameters)
+    assert params[:3] == ["self", "trial", "status"], params
+
+
+def test_tune_ends_a_run_resumably_on_sigusr1() -> None:
+    import ray.tune.tune as tune_module
+
+    source = inspect.getsource(tune_module._setup_signal_catching)
+    assert "SIGUSR1" in source and "experiment_interrupted_event.set()" in source, (
+        "Tune no longer ends a run on SIGUSR1: _compat.end_run_resumably must change"
+    )
+
+
+def test_a_restored_tuner_exposes_its_config_objects() -> None:
+    from ray.tune.impl.tuner_internal import TunerInternal
+
+    source = inspect.getsource(TunerInternal)
+    for name in ("_tune_config", "_run_config"):
+        assert f"self.{name}" in source, (
+            f"TunerInternal.{name} is gone (_compat.replace_restored_parts)"
+        )
+    assert "_local_tuner" in inspect.getsource(tune.Tuner), "Tuner._local_tuner is gone"
+    config, run = tune.TuneConfig(), tune.RunConfig()
+    for obj, attrs in (
+        (config, ("search_alg", "scheduler")),
+        (run, ("callbacks", "stop", "verbose")),
+    ):
+        for attr in attrs:
+            assert hasattr(obj, attr), f"{type(obj).__name__}.{attr} is gone"
+
+
+def test_trainable_restore_takes_the_checkpoint_tune_names(tmp_path: pathlib.Path) -> None:
+    from ray.train._internal.session import _TrainingResult
+
+    checkpoint = tune.Checkpoint.from_directory(str(tmp_path))
+    arg = _TrainingResult(checkpoint=checkpoint, metrics={"training_iteration": 3})
+    assert _compat.checkpoint_path_of(arg) == str(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    moved = _compat.with_checkpoint_path(arg, str(other))
+    assert type(moved) is _TrainingResult and moved.metrics == {"training_iteration": 3}
+    assert _compat.checkpoint_path_of(moved) == str(other)
+    assert "checkpoint_path" in inspect.signature(tune.Trainable.restore).parameters
+
+
+def test_tune_state_file_names_are_the_ones_searchlab_snapshots() -> None:
+    assert TuneController.CKPT_FILE_TMPL == _compat.TUNE_STATE_PATTERNS["experiment_state"]
+    from ray.tune.search import Searcher, SearchGenerator
+
+    assert SearchGenerator.CKPT_FILE_TMPL == _compat.TUNE_STATE_PATTERNS["search_gen_state"]
+    assert Searcher.CKPT_FILE_TMPL == _compat.TUNE_STATE_PATTERNS["searcher_state"]
+    assert (
+        _compat.tune_session_of(
+            pathlib.Path("experiment_state-2026-01-02_03-04-05.json"), "experiment_state"
+        )
+        == "2026-01-02_03-04-05"
+    )
+
+
+def test_tune_saves_the_searcher_before_asking_callbacks_for_their_state() -> None:
+    # searchlab snapshots Tune's files when Tune asks the callbacks for their state, which
+    # must come after the experiment state and the searcher state are written.
+    source = inspect.getsource(TuneController.save_to_dir)
+    exp, search, callbacks = (
+        source.index(s)
+        for s in ("json.dump(runner_state", "_search_alg.save_to_dir", "_callbacks.save_to_dir")
+    )
+    assert exp < search < callbacks, "Tune's save order changed (searchlab._snapshot)"
+
+
+def test_tune_statuses_are_the_ones_the_adapters_map() -> None:
+    assert {Trial.PENDING, Trial.RUNNING, Trial.PAUSED, Trial.TERMINATED, Trial.ERROR} == {
+        "PENDING",
+        "RUNNING",
+        "PAUSED",
+        "TERMINATED",
+        "ERROR",
+    }
+    assert hasattr(Trial, "checkpoint") and hasattr(Trial, "error_file")
+
+
+def test_torch_can_free_cublas_workspaces() -> None:
+    import torch
+
+    assert hasattr(torch._C, "_cuda_clearCublasWorkspaces"), (
+        "torch._C._cuda_clearCublasWorkspaces is gone: idle trials keep cuBLAS workspaces "
+        "(_compat.clear_cublas_workspaces)"
+    )
+    _compat.clear_cublas_workspaces()  # a no-op without CUDA, never an error
+
+
+def test_only_the_compat_module_reaches_into_ray_or_torch_privates() -> None:
+    found = subprocess.run(
+        [
+            "git",
+            "grep",
+            "-n",
+            "-E",
+            r"(tune_controller|_local_tuner|torch\._C\b|_set_trial_status|\._tune_config|"
+            r"\._run_config|_TrainingResult|SIGUSR1)",
+            "--",
+            "searchlab",
+            "searchers",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    outside = [line for line in found if not line.startswith("searchlab/experiment/_compat.py")]
+    # Parameter names that merely say "tune_controller" (Tune's hook signatures) are fine.
+    outside = [x for x in outside if not re.search(r"tune_controller(: Any|\)|\.|,)", x)]
+    assert outside == [], "Ray/torch internals used outside _compat.py:\n" + "\n".join(outside)
+
+
+def test_end_run_resumably_sends_tunes_stop_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    _compat.end_run_resumably()
+    assert sent == [(os.getpid(), signal.SIGUSR1)]
+
+
+def test_the_tune_messages_searchlab_rewords_still_exist() -> None:
+    import ray as ray_package
+
+    root = pathlib.Path(ray_package.__file__).parent
+    sources = "".join(
+        (root / rel).read_text()
+        for rel in (
+            "tune/tune.py",
+            "tune/execution/tune_controller.py",
+            "tune/analysis/experiment_analysis.py",
+            "_private/worker.py",
+        )
+    )
+    for message in _compat.TUNE_MESSAGES_REPORTED_BY_SEARCHLAB:
+        assert message in sources, f"Tune no longer logs {message!r} (_compat, _ray_env)"
+    import importlib
+
+    for name in _compat.TUNE_LOGGERS:
+        importlib.import_module(name)
