@@ -213,8 +213,8 @@ class SearchDriver:
         """The next trial to run and the trials to pause or stop, given the runner's view."""
         self._collect()
         # A trial closed as it pauses is stopped once paused (its checkpoint is written).
-        waiting = (RunnerStatus.PENDING, RunnerStatus.PAUSED)
-        stop = tuple(t for t in self._to_stop if runner.get(t) in waiting)
+        idle = (RunnerStatus.PENDING, RunnerStatus.PAUSED)
+        stop = tuple(t for t in self._to_stop if runner.get(t) in idle)
         self._to_stop = [t for t in self._to_stop if runner.get(t) is RunnerStatus.RUNNING]
         if self.interrupted:
             return self._drain(runner, stop)
