@@ -67,11 +67,13 @@ def _single(cfg: ExperimentConfig) -> SearchMethod:
 
 
 def _grid(cfg: ExperimentConfig) -> SearchMethod:
+    s: Any = cfg.searcher
     return GridSearch(
         HyperparameterSpace(cfg.hyperparameters, grid=True),
-        cfg.searcher.max_length.value,
+        s.max_length.value,
         seed=cfg.reproducibility.experiment_seed,
-        smaller_is_better=cfg.searcher.smaller_is_better,
+        max_concurrent_trials=s.max_concurrent_trials,
+        smaller_is_better=s.smaller_is_better,
     )
 
 
