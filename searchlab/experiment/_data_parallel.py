@@ -163,6 +163,8 @@ class TrialWorker:
             self._runner.unpark()
 
     def rng_state(self) -> bytes:
+        if self._runner is not None:
+            self._runner.settle()  # a window trained ahead ends before any rank's state is taken
         buf = io.BytesIO()
         torch.save(capture_rng_state(), buf)
         return buf.getvalue()
@@ -190,6 +192,7 @@ class TrialWorker:
     def weights_digest(self) -> list[float]:
         """Sum of every parameter, for tests that check all ranks hold the same weights."""
         assert self._runner is not None
+        self._runner.settle()
         self._runner.unpark()
         assert self._runner.loop is not None
         model = self._runner.loop.context.models[0]
@@ -273,7 +276,7 @@ class DataParallelTrainable(tune.Trainable):
         # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
         metadata[LENGTH_DONE_KEY] = ray.get(self._workers[0].length_done.remote())
-        write_checkpoint_files(checkpoint_dir, state, metadata)
+        write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
         ray.get(self._workers[0].checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
 
     def load_checkpoint(self, checkpoint: Any) -> None:

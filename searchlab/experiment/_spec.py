@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 from typing import Any
 
@@ -11,6 +12,7 @@ from searchlab.experiment._idle import DEFAULT_AFTER_S, idle_after_s
 
 __all__ = ["HPARAMS_KEY", "TRIAL_KEY", "ExperimentSpec"]
 
+TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 HPARAMS_KEY = "hparams"
 TRIAL_KEY = "searchlab"
 
@@ -40,6 +42,9 @@ class ExperimentSpec:
     # Seconds an actor idles after a checkpoint before it gives the trial's memory back
     # (None: never); ``SEARCHLAB_RELEASE_IDLE_AFTER_S`` on the driver sets it.
     release_idle_after_s: float | None = DEFAULT_AFTER_S
+    # Train the next report window while the previous report travels to the driver
+    # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=0`` on the driver turns it off.
+    train_ahead: bool = True
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
@@ -65,6 +70,8 @@ class ExperimentSpec:
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
+            train_ahead=os.environ.get(TRAIN_AHEAD_VAR, "1").strip().lower()
+            not in ("0", "off", "false", "no"),
         )
 
 

@@ -10,6 +10,7 @@ with data-parallel workers.
 from __future__ import annotations
 
 import pathlib
+import time
 from typing import Any
 
 from ray import tune
@@ -56,6 +57,7 @@ class SearchlabTrainable(tune.Trainable):
         self._build(config)
 
     def _build(self, config: dict[str, Any]) -> None:
+        began = time.perf_counter()
         self._runner = TrialRunner(
             self._spec,
             config,
@@ -63,6 +65,7 @@ class SearchlabTrainable(tune.Trainable):
             logdir=self.logdir,
             model_dir=shipped_model_dir(self._spec),
         )
+        self._runner.timing["build_s"] = time.perf_counter() - began
 
     def _release(self) -> None:
         if self._runner is not None:
@@ -77,13 +80,16 @@ class SearchlabTrainable(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():
             assert self._runner is not None
+            began = time.perf_counter()
             saved = self._runner.state()
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
                 state, metadata = saved
                 metadata = {**metadata, LENGTH_DONE_KEY: self._runner.length_done}
-                write_checkpoint_files(checkpoint_dir, state, metadata)
+                # Tune copies the directory into the experiment and deletes it: no fsync.
+                write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
                 failpoint("checkpoint-write")  # written, not yet handed to Tune
                 self._runner.checkpoint_written(checkpoint_dir)
+                self._runner.timing["checkpoint_write_s"] = time.perf_counter() - began
         if self._runner is not None and self._runner.at_rung_end:
             self._idle.arm()  # a pause at a rung: nothing may call the actor for a long time
         return None
@@ -93,9 +99,11 @@ class SearchlabTrainable(tune.Trainable):
             assert self._runner is not None
             if self._runner.loop is None and not self._runner.parked:
                 return
+            began = time.perf_counter()
             state, used = load_with_fallback(str(checkpoint))
             done = checkpoint_rung_length(used) or 0
             self._runner.load(state, checkpoint_uuid=used.name, length_done=done)
+            self._runner.timing["checkpoint_load_s"] = time.perf_counter() - began
 
     def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         assert self._runner is not None

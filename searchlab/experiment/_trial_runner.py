@@ -7,6 +7,7 @@ Used by the single-process trainable and by every worker of a data-parallel tria
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
 import logging
@@ -40,6 +41,7 @@ __all__ = [
     "LENGTH_DONE_KEY",
     "LENGTH_KEY",
     "RUNG_KEY",
+    "TIMING_KEY",
     "TRIAL_ERROR_KEY",
     "WARNING_KEY",
     "TrialRunner",
@@ -57,8 +59,14 @@ INVALID_HP_KEY = "searchlab_invalid_hp"
 FATAL_KEY = "searchlab_fatal"  # a user error every trial would hit: the experiment stops
 TRIAL_ERROR_KEY = "searchlab_trial_error"  # this trial failed for good (e.g. a NaN loss)
 WARNING_KEY = "searchlab_warning"  # something the user should know (a corrupt checkpoint skipped)
+# Seconds the worker spent outside training since the last result (building the trial,
+# writing or loading a checkpoint), for the benchmarks and anyone tuning hand-overs.
+TIMING_KEY = "searchlab_timing"
 # In a checkpoint's metadata: the longest rung length whose result the trial had reported.
 LENGTH_DONE_KEY = "searchlab_length_done"
+# In a checkpoint's state: results trained ahead (see ``TrialRunner.step``) that Tune had not
+# received when it saved; a resumed trial hands them out first.
+_PENDING_KEY = "searchlab_pending_results"
 # In a state dict from ``load_with_fallback``: why it is an earlier checkpoint's. The trainable
 # hands the state to ``TrialRunner.load``, which reports it with the trial's next result (a
 # warning on a worker would only reach Ray's log files).
@@ -87,6 +95,11 @@ class TrialRunner:
         self._fatal: str | None = None
         self._failure: Exception | None = None
         self._warnings: list[str] = []
+        self.timing: dict[str, float] = {}  # reported with the next result
+        self._train_ahead = spec.train_ahead
+        self._ahead: concurrent.futures.Future[dict[str, Any]] | None = None
+        self._pending: list[dict[str, Any]] = []  # results trained ahead, not yet handed out
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._build_args = (config[HPARAMS_KEY], info, trial_id, logdir, model_dir, distributed)
         self._parked: tuple[bytes, str | None] | None = None
         self._saved_state: dict[str, Any] | None = None  # the last state(), until training
@@ -176,11 +189,12 @@ class TrialRunner:
         """
         if self.loop is None or self._parked is not None:
             return
+        self.settle()
         # The state the last save captured is the trial's state still (nothing ran since):
         # reusing it keeps the callbacks' checkpoint hooks to one call per checkpoint.
         state = self._saved_state
         if state is None:
-            state = self.loop.state_dict(notify=False)
+            state = self._with_pending(self.loop.state_dict(notify=False))
         buf = io.BytesIO()
         torch.save(state, buf)
         self._parked = (buf.getvalue(), self._checkpoint_uuid)
@@ -194,20 +208,65 @@ class TrialRunner:
         # On the host first, as a checkpoint loads: the new trial's own tensors are on the
         # GPU already, and the state must not need a second copy there.
         state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        pending = list(state.pop(_PENDING_KEY, []))
         loop = self._make_loop(*self._build_args)
         loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
         self.loop, self._parked, self._events = loop, None, None  # kept until it worked
+        self._pending = pending
 
     def step(self) -> dict[str, Any]:
-        """Train to the next report and return it as a Tune result."""
+        """Train to the next report and return it as a Tune result.
+
+        With ``train_ahead`` (the default), a training report inside a segment is handed out
+        while the next window already trains in a background thread, so the GPU does not
+        wait for the report's way through Tune. The windows, their order and every RNG draw
+        are the same as without it; a save taken meanwhile waits for that window and keeps
+        its report in the checkpoint, to be handed out first on resume (``_PENDING_KEY``).
+        Nothing is trained ahead of a rung end, a validation or a checkpoint.
+        """
         self.unpark()
         self._saved_state = None
-        result = self._step()
+        result = self._take_ahead()
+        if result is None:
+            result = self._step()
         self._last_rung_end = RUNG_KEY in result and not result.get("done")
+        if self._may_train_ahead(result):
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="searchlab-train-ahead"
+                )
+            self._ahead = self._executor.submit(self._step)
         if self._warnings:
             result[WARNING_KEY] = "; ".join(self._warnings)
             self._warnings = []
+        if self.timing:
+            result[TIMING_KEY], self.timing = self.timing, {}
         return result
+
+    def _may_train_ahead(self, result: dict[str, Any]) -> bool:
+        loop = self.loop
+        return (
+            self._train_ahead
+            and loop is not None
+            and result.get("group") == "training"
+            and not result.get("done")
+            and not result.get("should_checkpoint")
+            and loop.batches_trained < loop.target  # more training before this segment ends
+        )
+
+    def _take_ahead(self) -> dict[str, Any] | None:
+        if self._pending:
+            return self._pending.pop(0)
+        if self._ahead is None:
+            return None
+        ahead, self._ahead = self._ahead, None
+        return ahead.result()  # the window's exception, if it failed, is raised here
+
+    def settle(self) -> None:
+        """Wait for a window trained ahead; keep its report to hand out (before any save)."""
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            self._pending.append(ahead.result())
 
     def _step(self) -> dict[str, Any]:
         if self._invalid is not None:
@@ -282,14 +341,21 @@ class TrialRunner:
         self.unpark()
         if self.loop is None:
             return None
-        self._saved_state = self.loop.state_dict()
+        self.settle()
+        self._saved_state = self._with_pending(self.loop.state_dict())
         return self._saved_state, self.loop.metadata()
+
+    def _with_pending(self, state: dict[str, Any]) -> dict[str, Any]:
+        if self._pending:
+            state[_PENDING_KEY] = [dict(r) for r in self._pending]
+        return state
 
     def warn(self, message: str) -> None:
         """Report ``message`` to the driver with the trial's next result."""
         self._warnings.append(message)
 
     def checkpoint_written(self, directory: str) -> None:
+        self.settle()
         self.unpark()
         if self.loop is not None:
             self.loop.checkpoint_written(directory)
@@ -297,10 +363,12 @@ class TrialRunner:
     def load(
         self, state: dict[str, Any], checkpoint_uuid: str | None, length_done: int = 0
     ) -> None:
+        self._discard_ahead()
         self.length_done = length_done
+        state = dict(state)
         if _FALLBACK_KEY in state:
-            state = dict(state)
             self._warnings.append(str(state.pop(_FALLBACK_KEY)))
+        self._pending = list(state.pop(_PENDING_KEY, []))
         if self._parked is not None:  # the loaded state replaces the kept one
             self._parked = None
             self.loop = self._make_loop(*self._build_args)
@@ -311,8 +379,22 @@ class TrialRunner:
             self._events = None
 
     def close(self) -> None:
+        self._discard_ahead()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         self._parked = None
         self._close_loop()
+
+    def _discard_ahead(self) -> None:
+        """Wait for a window trained ahead and drop it (a loaded state or the end replaces it)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                ahead.result()
+            except Exception:
+                logger.debug("a window trained ahead failed; its trial is replaced", exc_info=True)
+        self._pending = []
 
     def _close_loop(self) -> None:
         self._saved_state = None

@@ -56,16 +56,22 @@ _LEGACY_KEYS = {
 
 
 def write_checkpoint_files(
-    directory: str | os.PathLike[str], state: Mapping[str, Any], metadata: Mapping[str, Any]
+    directory: str | os.PathLike[str],
+    state: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+    *,
+    durable: bool = True,
 ) -> pathlib.Path:
     """Write ``state`` and ``metadata`` into an existing ``directory``, each file atomically.
 
     The metadata file is written last, so a directory with ``metadata.json`` holds a complete
-    ``state-dict.pth``.
+    ``state-dict.pth``. ``durable=False`` skips the fsync: for a staging directory that is
+    copied elsewhere and deleted right away (Ray Tune's), where waiting for the disk costs
+    ~0.2 s per ResNet-18 checkpoint and protects nothing.
     """
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic_torch_save(dict(state), directory / STATE_FILE)
+    _atomic_torch_save(dict(state), directory / STATE_FILE, durable=durable)
     meta = {"format_version": FORMAT_VERSION, **metadata}
     tmp = directory / f".{METADATA_FILE}.{uuid.uuid4().hex}.tmp"
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=_json_default))
@@ -259,12 +265,13 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _atomic_torch_save(obj: Any, path: pathlib.Path) -> None:
+def _atomic_torch_save(obj: Any, path: pathlib.Path, *, durable: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "wb") as f:
         torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

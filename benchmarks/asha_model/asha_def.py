@@ -1,0 +1,210 @@
+"""The trial of ``vs_ray_asha.py``: one training step, run by searchlab and by Ray Tune alike.
+
+A model directory (Ray ships it to the workers), importing only torch, torchvision and
+searchlab. ``TrainStep`` holds everything both sides share: the model (ResNet-18 in
+channels-last with bf16 autocast on CUDA, or a tiny CNN for ``--smoke``), SGD with momentum,
+the data (one batch resident on the device, or a loader of CIFAR-shaped uint8 images with
+workers and pinned memory) and a cheap validation. ``AshaTrial`` is the searchlab
+``PyTorchTrial`` around it; ``vs_ray_asha.py`` wraps the same ``TrainStep`` in a Ray Tune
+``Trainable``. Each training report carries ``w_start``/``w_end`` (wall-clock time at the
+window's first batch and after its last, synchronised) and ``gap_s`` (how long training
+waited before the window: the report's way through the search and the next call).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from searchlab import pytorch
+
+MEAN = torch.tensor((0.4914, 0.4822, 0.4465)).view(1, 3, 1, 1) * 255
+STD = torch.tensor((0.2470, 0.2435, 0.2616)).view(1, 3, 1, 1) * 255
+
+
+class Normalise(nn.Module):
+    def __init__(self, channels_last: bool) -> None:
+        super().__init__()
+        self.channels_last = channels_last
+        self.register_buffer("mean", MEAN.clone())
+        self.register_buffer("std", STD.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = (x.float() - self.mean) / self.std
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+
+def build_model(kind: str, device: torch.device) -> nn.Module:
+    channels_last = device.type == "cuda"
+    if kind == "resnet18":
+        import torchvision
+
+        body: nn.Module = torchvision.models.resnet18(num_classes=10)
+    else:
+        body = nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=2),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, 10),
+        )
+    model = nn.Sequential(Normalise(channels_last), body).to(device)
+    return model.to(memory_format=torch.channels_last) if channels_last else model
+
+
+def images(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-shaped uint8 images (a mean per class plus noise) and their labels."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 10, (n,), generator=g)
+    means = torch.randint(0, 256, (10, 3, 1, 1), generator=torch.Generator().manual_seed(99))
+    noise = torch.randint(-60, 61, (n, 3, 32, 32), generator=g)
+    return (means[labels] + noise).clamp(0, 255).to(torch.uint8), labels
+
+
+class ImageSet(torch.utils.data.Dataset):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
+class Window:
+    """Times a report window: first batch start, end (synchronised) and the wait before it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.start: float | None = None
+        self.reported_at: float | None = None
+        self.gap = 0.0
+
+    def batch_started(self) -> None:
+        if self.start is None:
+            self.start = time.time()
+            if self.reported_at is not None:
+                self.gap = time.perf_counter() - self.reported_at
+
+    def close(self) -> dict[str, float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        out = {"w_start": float(self.start or time.time()), "w_end": time.time(), "gap_s": self.gap}
+        self.start, self.gap, self.reported_at = None, 0.0, time.perf_counter()
+        return out
+
+
+class TrainStep:
+    """Model, optimizer, data and step that both sides run, given the hyperparameters."""
+
+    def __init__(self, hp: dict[str, Any], device: torch.device, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.hp, self.device = hp, device
+        self.amp = device.type == "cuda"
+        if self.amp:
+            torch.backends.cudnn.benchmark = True
+        self.model = build_model(str(hp.get("model", "resnet18")), device)
+        self.opt = torch.optim.SGD(
+            self.model.parameters(), lr=float(hp["lr"]), momentum=0.9, weight_decay=5e-4
+        )
+        self.batch = int(hp.get("batch", 256))
+        x, y = images(self.batch, seed=1)
+        self.resident = (x.to(device), y.to(device))
+        vx, vy = images(self.batch, seed=2)
+        self.val = (vx.to(device), vy.to(device))
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        resident = self.hp.get("data", "resident") == "resident"
+        return {
+            "batch_size": self.batch,
+            "shuffle": not resident,  # a resident batch's loader yields indices only
+            "drop_last": True,
+            "num_workers": int(self.hp.get("num_workers", 4)),
+            "pin_memory": self.device.type == "cuda",
+            "persistent_workers": int(self.hp.get("num_workers", 4)) > 0,
+        }
+
+    def dataset(self) -> torch.utils.data.Dataset:
+        if self.hp.get("data", "resident") == "resident":
+            return _Indices(int(self.hp.get("epoch_batches", 1_000)) * self.batch)
+        return ImageSet(*images(int(self.hp.get("n_train", 8192)), seed=3))
+
+    def inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.hp.get("data", "resident") == "resident":
+            return self.resident
+        x, y = batch
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+            return nn.functional.cross_entropy(self.model(x), y)
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        self.model.eval()
+        loss = float(self.loss(*self.val))
+        self.model.train()
+        return loss
+
+
+class _Indices(torch.utils.data.Dataset):
+    """A resident batch's loader: indices only (the step reads the batch on the device)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class WindowTimes(pytorch.MetricReducer):
+    """``w_start``/``w_end``/``gap_s`` of each training report, as one reduced dict."""
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+
+    def reset(self) -> None:
+        pass
+
+    def per_slot_reduce(self) -> dict[str, float]:
+        return self.window.close()
+
+    def cross_slot_reduce(self, per_slot_metrics: list[Any]) -> dict[str, float]:
+        return dict(per_slot_metrics[0])
+
+
+class AshaTrial(pytorch.PyTorchTrial):
+    """``TrainStep`` as a searchlab trial (autocast inside the step, as on the Ray side)."""
+
+    def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        self.context = context
+        hp = context.get_hparams()
+        self.step = TrainStep(hp, context.device, seed=context.get_trial_seed() % 2**31)
+        self.model = context.wrap_model(self.step.model)
+        self.opt = context.wrap_optimizer(self.step.opt)
+        self.window = Window(context.device)
+        context.wrap_reducer(WindowTimes(self.window), name=None, for_validation=False)
+        context.experimental.disable_auto_to_device()
+
+    def build_training_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self.step.dataset(), **self.step.loader_kwargs())
+
+    def build_validation_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(_Indices(1), batch_size=1)
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        self.window.batch_started()
+        loss = self.step.loss(*self.step.inputs(batch))
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        return {"validation_loss": self.step.validate()}

@@ -1,0 +1,436 @@
+"""searchlab's promotion ASHA against Ray Tune's own ASHA, end to end on one GPU.
+
+    PYTHONPATH=. python benchmarks/vs_ray_asha.py                 # GPU, ~10 min
+    PYTHONPATH=. python benchmarks/vs_ray_asha.py --quick         # CPU, tiny model, ~3 min
+
+The same training step (``asha_model/asha_def.py:TrainStep``: ResNet-18, batch 256, bf16,
+SGD; ``--quick``: a tiny CNN) runs through Ray Tune's ``ASHAScheduler`` with its best
+settings (a class ``Trainable``, ``reuse_actors=True``) and through ``searchlab.run`` with
+``adaptive_asha`` (promotion: trials pause at each rung and the best are resumed), on the
+same 16 learning rates (log-uniform, one seed), one trial at a time on the one GPU. Ray is
+started once; the sides alternate (Ray, searchlab, Ray, searchlab, ...), so drift of the
+machine hits both. Before each pair, a hand-written loop of the same step gives the solo rate.
+
+Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
+**long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
+GPU and with a loader of CIFAR-shaped images (4 workers, pinned memory).
+
+Per side and run, from the reports' wall-clock windows (``w_start`` at the window's first
+batch, ``w_end`` after its last, synchronised):
+- ``efficiency``: batches trained (every window, replays included) / (solo rate x wall time
+  from the call to the result);
+- ``first_batch_s``: from the call to the first batch;
+- ``in_trial_rate``: median over windows of the window's rate, over the solo rate;
+- ``wait_per_report_s``: median time training waited between a report and its next batch;
+- ``handover_s``: median time from one trial's last batch to the next trial's first batch
+  (pause or stop, checkpoint, the next trial built or restored), and how many;
+- ``checkpoint_write_s``/``checkpoint_load_s``: Ray side measured in its Trainable;
+  searchlab's from its trials' checkpoint timing reports.
+Summary (short workload, resident batch, medians over runs): ``searchlab_efficiency``,
+``ray_asha_efficiency``, ``searchlab_over_ray``, ``long_efficiency`` (searchlab, long,
+resident), ``in_search_over_in_process`` (searchlab's in-trial rate over the solo rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import math
+import os
+import pathlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+MODEL_DIR = HERE / "asha_model"
+sys.path.insert(0, str(MODEL_DIR))
+
+import torch  # noqa: E402
+from _common import add_common_args, machine_info, print_table, result_path, write_result  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler  # noqa: E402
+
+WORKLOADS = {
+    "short": {"rungs": [40, 80, 160, 320], "report_every": 40},
+    "long": {"rungs": [200, 400, 800, 1600], "report_every": 100},
+}
+QUICK_WORKLOADS = {
+    "short": {"rungs": [4, 8, 16, 32], "report_every": 4},
+    "long": {"rungs": [8, 16, 32, 64], "report_every": 8},
+}
+
+
+def learning_rates(n: int, seed: int = 0) -> list[float]:
+    import random
+
+    rng = random.Random(seed)
+    return [10 ** rng.uniform(-3, -0.5) for _ in range(n)]
+
+
+class RayAshaTrainable(tune.Trainable):
+    """The same ``TrainStep`` as a Ray Tune class Trainable (Ray's recommended form)."""
+
+    def setup(self, config: dict[str, Any]) -> None:  # type: ignore[override]
+        self._build(config)
+
+    def _build(self, config: dict[str, Any]) -> None:
+        from asha_def import TrainStep, Window
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.step_ = TrainStep(config, device, seed=0)
+        self.window = Window(device)
+        self.every = int(config["report_every"])
+        self.batches = 0
+        self.timings: dict[str, float] = {}
+        loader = torch.utils.data.DataLoader(self.step_.dataset(), **self.step_.loader_kwargs())
+        self.loader, self.it = loader, iter(loader)
+
+    def step(self) -> dict[str, Any]:  # type: ignore[override]
+        losses = []
+        for _ in range(self.every):
+            try:
+                batch = next(self.it)
+            except StopIteration:
+                self.it = iter(self.loader)
+                batch = next(self.it)
+            self.window.batch_started()
+            loss = self.step_.loss(*self.step_.inputs(batch))
+            self.step_.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.step_.opt.step()
+            losses.append(loss.detach())
+        self.batches += self.every
+        out = {"batches": self.batches, "loss": float(torch.stack(losses).float().mean())}
+        out.update(self.window.close())
+        out["validation_loss"] = self.step_.validate()
+        out.update(self.timings)
+        self.timings = {}
+        return out
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:  # type: ignore[override]
+        began = time.perf_counter()
+        state = {
+            "model": self.step_.model.state_dict(),
+            "opt": self.step_.opt.state_dict(),
+            "batches": self.batches,
+        }
+        torch.save(state, os.path.join(checkpoint_dir, "state.pt"))
+        self.timings["checkpoint_write_s"] = time.perf_counter() - began
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:  # type: ignore[override]
+        began = time.perf_counter()
+        state = torch.load(os.path.join(checkpoint_dir, "state.pt"), map_location=self.step_.device)
+        self.step_.model.load_state_dict(state["model"])
+        self.step_.opt.load_state_dict(state["opt"])
+        self.batches = int(state["batches"])
+        self.timings["checkpoint_load_s"] = time.perf_counter() - began
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self._build(new_config)
+        return True
+
+
+def solo_rate(hp: dict[str, Any], batches: int) -> float:
+    """Batches per second of a hand-written loop of the same step (after a warm-up), in a Ray
+    worker with a trial's resources (threads, GPU), as the trials run."""
+    import ray
+
+    gpu = 1 if torch.cuda.is_available() else 0
+    remote = ray.remote(num_cpus=1, num_gpus=gpu)(_solo_rate)
+    return float(ray.get(remote.remote(hp, batches)))
+
+
+def _solo_rate(hp: dict[str, Any], batches: int) -> float:
+    from asha_def import TrainStep
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    step = TrainStep({**hp, "lr": 0.01}, device, seed=0)
+    loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
+    it = iter(loader)
+    warm = max(batches // 5, 2)
+    for i in range(warm + batches):
+        if i == warm:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            began = time.perf_counter()
+        loss = step.loss(*step.inputs(next(it)))
+        step.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        step.opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    rate = batches / (time.perf_counter() - began)
+    del step, loader, it
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rate
+
+
+def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str) -> dict:
+    rungs = work["rungs"]
+    gpu = 1 if torch.cuda.is_available() else 0
+    scheduler = ASHAScheduler(
+        time_attr="batches", max_t=rungs[-1], grace_period=rungs[0], reduction_factor=2
+    )
+    collect = _Collect()
+    began = time.time()
+    tuner = tune.Tuner(
+        tune.with_resources(RayAshaTrainable, {"cpu": 1, "gpu": gpu}),
+        param_space={**hp, "report_every": work["report_every"], "lr": tune.grid_search(lrs)},
+        tune_config=tune.TuneConfig(
+            metric="validation_loss",
+            mode="min",
+            scheduler=scheduler,
+            reuse_actors=True,
+            max_concurrent_trials=1,
+        ),
+        run_config=tune.RunConfig(
+            storage_path=storage,
+            name=f"ray-{time.time_ns()}",
+            verbose=0,
+            stop={"batches": rungs[-1]},
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0),
+            callbacks=[collect],
+        ),
+    )
+    tuner.fit()
+    wall = time.time() - began
+    windows = [_window(tid, row, work["report_every"]) for tid, row in collect.rows]
+    return {"wall_s": wall, "began": began, "windows": windows}
+
+
+class _Collect(tune.Callback):
+    """Every result of the Ray side, in the driver (no files needed)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        self.rows.append((trial.trial_id, dict(result)))
+
+
+def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str) -> dict:
+    import searchlab
+
+    rungs = work["rungs"]
+    config = {
+        "name": f"searchlab-{time.time_ns()}",
+        "entrypoint": "asha_def:AshaTrial",
+        "hyperparameters": {
+            **hp,
+            "global_batch_size": hp.get("batch", 256),
+            "lr": {"type": "categorical", "vals": lrs},
+        },
+        "searcher": {
+            "name": "adaptive_asha",
+            "metric": "validation_loss",
+            "max_trials": len(lrs),
+            "max_length": {"batches": rungs[-1]},
+            "mode": "aggressive",
+            "divisor": 2,
+            "max_rungs": len(rungs),
+            "max_concurrent_trials": 1,
+        },
+        "resources": {"cpus_per_trial": 1},
+        "scheduling_unit": work["report_every"],
+        "max_restarts": 0,
+        "reproducibility": {"experiment_seed": 0},
+    }
+    began = time.time()
+    results = searchlab.run(config, model_dir=MODEL_DIR, storage_path=storage, echo=lambda _: None)
+    wall = time.time() - began
+    reports = results.all_reports
+    training = reports[reports["group"] == "training"]
+    windows = [
+        {**row, "trial_id": row["trial_id"], "n": work["report_every"]}
+        for row in training[["trial_id", "w_start", "w_end", "gap_s", "batches"]].to_dict("records")
+    ]
+    timing = _searchlab_checkpoint_times(results)
+    return {"wall_s": wall, "began": began, "windows": windows, **timing}
+
+
+def _searchlab_checkpoint_times(results: Any) -> dict[str, Any]:
+    """Medians of the seconds searchlab's workers report spending on checkpoints and builds
+    (``searchlab_timing`` in each trial's ``result.json``)."""
+    found: dict[str, list[float]] = {}
+    for path in results.experiment_dir.glob("*/result.json"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                for key, value in (json.loads(line).get("searchlab_timing") or {}).items():
+                    found.setdefault(key, []).append(float(value))
+    return {key: statistics.median(values) for key, values in found.items()}
+
+
+def _window(trial_id: str, row: dict[str, Any], every: int) -> dict[str, Any]:
+    return {
+        "trial_id": trial_id,
+        "w_start": row["w_start"],
+        "w_end": row["w_end"],
+        "gap_s": row["gap_s"],
+        "batches": row["batches"],
+        "n": every,
+        "checkpoint_write_s": row.get("checkpoint_write_s"),
+        "checkpoint_load_s": row.get("checkpoint_load_s"),
+    }
+
+
+def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
+    windows = sorted(run["windows"], key=lambda w: w["w_start"])
+    trained = sum(w["n"] for w in windows)
+    rates = [
+        w["n"] / (w["w_end"] - w["w_start"]) / rate
+        for w in windows[1:]
+        if w["w_end"] > w["w_start"]
+    ]
+    handovers = [
+        b["w_start"] - a["w_end"]
+        for a, b in itertools.pairwise(windows)
+        if a["trial_id"] != b["trial_id"]
+    ]
+    gaps = [w["gap_s"] for w in windows if w["gap_s"] and w["gap_s"] > 0]
+    out = {
+        "wall_s": run["wall_s"],
+        "batches": trained,
+        "efficiency": trained / (rate * run["wall_s"]),
+        "first_batch_s": windows[0]["w_start"] - run["began"] if windows else math.nan,
+        "in_trial_rate": statistics.median(rates) if rates else math.nan,
+        "wait_per_report_s": statistics.median(gaps) if gaps else 0.0,
+        "handover_s": statistics.median(handovers) if handovers else math.nan,
+        "handovers": len(handovers),
+    }
+    for key in ("checkpoint_write_s", "checkpoint_load_s", "build_s"):
+        values = [w[key] for w in windows if w.get(key) is not None and w[key] == w[key]]
+        out[key] = run.get(key, statistics.median(values) if values else None)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workloads", default="short,long")
+    parser.add_argument("--data", default="resident,loader")
+    parser.add_argument("--trials", type=int, default=16)
+    args = parser.parse_args()
+
+    import ray
+
+    from searchlab._ray_env import ray_environment, ray_init_kwargs
+
+    quick = args.quick or not torch.cuda.is_available()
+    workloads = QUICK_WORKLOADS if quick else WORKLOADS
+    base = {
+        "model": "tiny" if quick else "resnet18",
+        "batch": 32 if quick else 256,
+        "num_workers": 2 if quick else 4,
+        "n_train": 2048 if quick else 8192,
+    }
+    lrs = learning_rates(args.trials)
+    storage = tempfile.mkdtemp(prefix="vs-ray-asha-")
+    rows, runs = [], []
+    with ray_environment():
+        ray.init(runtime_env={"working_dir": str(MODEL_DIR)}, **ray_init_kwargs())
+        try:
+            for name in args.workloads.split(","):
+                for data in args.data.split(","):
+                    hp = {**base, "data": data}
+                    for r in range(args.rounds):
+                        solo = solo_rate(hp, 20 if quick else 200)
+                        for side, runner in (("ray_asha", run_ray), ("searchlab", run_searchlab)):
+                            got = figures(runner(hp, workloads[name], lrs, storage), solo)
+                            record = {
+                                "workload": name,
+                                "data": data,
+                                "round": r,
+                                "side": side,
+                                "solo_batches_per_s": solo,
+                                **got,
+                            }
+                            runs.append(record)
+                            rows.append(record)
+                            print_table(
+                                [record],
+                                [
+                                    "workload",
+                                    "data",
+                                    "round",
+                                    "side",
+                                    "efficiency",
+                                    "first_batch_s",
+                                    "in_trial_rate",
+                                    "handover_s",
+                                    "wall_s",
+                                ],
+                            )
+        finally:
+            ray.shutdown()
+            shutil.rmtree(storage, ignore_errors=True)
+    summary = _summary(runs)
+    print_table(
+        rows,
+        [
+            "workload",
+            "data",
+            "side",
+            "efficiency",
+            "first_batch_s",
+            "in_trial_rate",
+            "wait_per_report_s",
+            "handover_s",
+            "handovers",
+            "checkpoint_write_s",
+            "checkpoint_load_s",
+            "wall_s",
+        ],
+    )
+    print(summary)
+    write_result(
+        result_path("vs_ray_asha", args),
+        summary=summary,
+        runs=runs,
+        config={
+            "workloads": workloads,
+            "base": base,
+            "trials": args.trials,
+            "rounds": args.rounds,
+            "quick": quick,
+        },
+        machine=machine_info(),
+    )
+
+
+def _median(runs: list[dict], key: str, **where: Any) -> float | None:
+    values = [r[key] for r in runs if all(r[k] == v for k, v in where.items()) and r[key] == r[key]]
+    return statistics.median(values) if values else None
+
+
+def _summary(runs: list[dict]) -> dict[str, Any]:
+    mine = _median(runs, "efficiency", workload="short", data="resident", side="searchlab")
+    ray_ = _median(runs, "efficiency", workload="short", data="resident", side="ray_asha")
+    return {
+        "searchlab_efficiency": mine,
+        "ray_asha_efficiency": ray_,
+        "searchlab_over_ray": mine / ray_ if mine and ray_ else None,
+        "long_efficiency": _median(
+            runs, "efficiency", workload="long", data="resident", side="searchlab"
+        ),
+        "in_search_over_in_process": _median(
+            runs, "in_trial_rate", workload="short", data="resident", side="searchlab"
+        ),
+        "first_batch_s": {
+            side: _median(runs, "first_batch_s", workload="short", data="resident", side=side)
+            for side in ("searchlab", "ray_asha")
+        },
+    }
+
+
+if __name__ == "__main__":
+    main()
