@@ -257,6 +257,17 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     return {"wall_s": wall, "began": began, "windows": windows, **timing}
 
 
+def run_searchlab_without_train_ahead(
+    hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str
+) -> dict:
+    """searchlab with ``SEARCHLAB_TRAIN_AHEAD=0``: what training ahead is worth."""
+    os.environ["SEARCHLAB_TRAIN_AHEAD"] = "0"
+    try:
+        return run_searchlab(hp, work, lrs, storage)
+    finally:
+        del os.environ["SEARCHLAB_TRAIN_AHEAD"]
+
+
 def _searchlab_checkpoint_times(results: Any) -> dict[str, Any]:
     """Medians of the seconds searchlab's workers report spending on checkpoints and builds
     (``searchlab_timing`` in each trial's ``result.json``)."""
@@ -312,6 +323,13 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
     return out
 
 
+SIDES = {
+    "ray_asha": run_ray,
+    "searchlab": run_searchlab,
+    "searchlab_no_train_ahead": run_searchlab_without_train_ahead,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser)
@@ -319,6 +337,11 @@ def main() -> None:
     parser.add_argument("--workloads", default="short,long")
     parser.add_argument("--data", default="resident,loader")
     parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument(
+        "--sides",
+        default="ray_asha,searchlab",
+        help=f"which of {', '.join(SIDES)} to run, in this order each round",
+    )
     args = parser.parse_args()
 
     import ray
@@ -344,8 +367,10 @@ def main() -> None:
                     hp = {**base, "data": data}
                     for r in range(args.rounds):
                         solo = solo_rate(hp, 20 if quick else 200)
-                        for side, runner in (("ray_asha", run_ray), ("searchlab", run_searchlab)):
-                            got = figures(runner(hp, workloads[name], lrs, storage), solo)
+                        for side in args.sides.split(","):
+                            run = SIDES[side](hp, workloads[name], lrs, storage)
+                            got = figures(run, solo)
+                            got["windows"] = run["windows"]
                             record = {
                                 "workload": name,
                                 "data": data,
@@ -355,7 +380,7 @@ def main() -> None:
                                 **got,
                             }
                             runs.append(record)
-                            rows.append(record)
+                            rows.append({k: v for k, v in record.items() if k != "windows"})
                             print_table(
                                 [record],
                                 [
