@@ -152,7 +152,7 @@ def _solo_rate(hp: dict[str, Any], batches: int) -> float:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     step = TrainStep({**hp, "lr": 0.01}, device, seed=0)
     loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
-    it = iter(loader)
+    it = _forever(loader)
     warm = max(batches // 5, 2)
     for i in range(warm + batches):
         if i == warm:
@@ -170,6 +170,11 @@ def _solo_rate(hp: dict[str, Any], batches: int) -> float:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rate
+
+
+def _forever(loader: Any) -> Any:
+    while True:
+        yield from loader
 
 
 def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str) -> dict:
@@ -381,6 +386,13 @@ def main() -> None:
                             }
                             runs.append(record)
                             rows.append({k: v for k, v in record.items() if k != "windows"})
+                            write_result(  # after every run: a run cut short keeps the rest
+                                result_path("vs_ray_asha", args),
+                                summary=_summary(runs),
+                                runs=runs,
+                                partial=True,
+                                machine=machine_info(),
+                            )
                             print_table(
                                 [record],
                                 [
