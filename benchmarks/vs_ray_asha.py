@@ -2,12 +2,14 @@
 
     PYTHONPATH=. python benchmarks/vs_ray_asha.py                 # GPU, ~10 min
     PYTHONPATH=. python benchmarks/vs_ray_asha.py --quick         # CPU, tiny model, ~3 min
+    PYTHONPATH=. python benchmarks/vs_ray_asha.py --gpus 2        # one trial per GPU
 
 The same training step (``asha_model/asha_def.py:TrainStep``: ResNet-18, batch 256, bf16,
 SGD; ``--quick``: a tiny CNN) runs through Ray Tune's ``ASHAScheduler`` with its best
 settings (a class ``Trainable``, ``reuse_actors=True``) and through ``searchlab.run`` with
 ``adaptive_asha`` (promotion: trials pause at each rung and the best are resumed), on the
-same 16 learning rates (log-uniform, one seed), one trial at a time on the one GPU. Ray is
+same 16 learning rates (log-uniform, one seed; searchlab samples them from that list), one
+trial at a time on each GPU (``--gpus``). Ray is
 started once; the sides alternate (Ray, searchlab, Ray, searchlab, ...), so drift of the
 machine hits both. Before each pair, a hand-written loop of the same step gives the solo rate.
 
@@ -17,8 +19,8 @@ GPU and with a loader of CIFAR-shaped images (4 workers, pinned memory).
 
 Per side and run, from the reports' wall-clock windows (``w_start`` at the window's first
 batch, ``w_end`` after its last, synchronised):
-- ``efficiency``: batches trained (every window, replays included) / (solo rate x wall time
-  from the call to the result);
+- ``efficiency``: batches trained (every window, replays included) / (solo rate x GPUs x
+  wall time from the call to the result);
 - ``first_batch_s``: from the call to the first batch;
 - ``in_trial_rate``: median over windows of the window's rate, over the solo rate;
 - ``wait_per_report_s``: median time training waited between a report and its next batch;
@@ -64,6 +66,9 @@ QUICK_WORKLOADS = {
     "short": {"rungs": [4, 8, 16, 32], "report_every": 4},
     "long": {"rungs": [8, 16, 32, 64], "report_every": 8},
 }
+
+
+CONCURRENT = [1]  # trials at once: one per GPU (``--gpus``)
 
 
 def learning_rates(n: int, seed: int = 0) -> list[float]:
@@ -193,7 +198,7 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
             mode="min",
             scheduler=scheduler,
             reuse_actors=True,
-            max_concurrent_trials=1,
+            max_concurrent_trials=CONCURRENT[0],
         ),
         run_config=tune.RunConfig(
             storage_path=storage,
@@ -242,7 +247,7 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
             "mode": "aggressive",
             "divisor": 2,
             "max_rungs": len(rungs),
-            "max_concurrent_trials": 1,
+            "max_concurrent_trials": CONCURRENT[0],
         },
         "resources": {"cpus_per_trial": 1},
         "scheduling_unit": work["report_every"],
@@ -256,7 +261,9 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     training = reports[reports["group"] == "training"]
     windows = [
         {**row, "trial_id": row["trial_id"], "n": work["report_every"]}
-        for row in training[["trial_id", "w_start", "w_end", "gap_s", "batches"]].to_dict("records")
+        for row in training[["trial_id", "w_start", "w_end", "gap_s", "batches", "gpu"]].to_dict(
+            "records"
+        )
     ]
     timing = _searchlab_checkpoint_times(results)
     return {"wall_s": wall, "began": began, "windows": windows, **timing}
@@ -292,6 +299,7 @@ def _window(trial_id: str, row: dict[str, Any], every: int) -> dict[str, Any]:
         "w_end": row["w_end"],
         "gap_s": row["gap_s"],
         "batches": row["batches"],
+        "gpu": row.get("gpu", -1.0),
         "n": every,
         "checkpoint_write_s": row.get("checkpoint_write_s"),
         "checkpoint_load_s": row.get("checkpoint_load_s"),
@@ -301,21 +309,25 @@ def _window(trial_id: str, row: dict[str, Any], every: int) -> dict[str, Any]:
 def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
     windows = sorted(run["windows"], key=lambda w: w["w_start"])
     trained = sum(w["n"] for w in windows)
+    gpus = max(len({w.get("gpu", -1.0) for w in windows}), 1)
     rates = [
         w["n"] / (w["w_end"] - w["w_start"]) / rate
         for w in windows[1:]
         if w["w_end"] > w["w_start"]
     ]
-    handovers = [
-        b["w_start"] - a["w_end"]
-        for a, b in itertools.pairwise(windows)
-        if a["trial_id"] != b["trial_id"]
-    ]
+    handovers = []  # per GPU: one trial's last window to the next trial's first
+    for gpu in {w.get("gpu", -1.0) for w in windows}:
+        on_gpu = [w for w in windows if w.get("gpu", -1.0) == gpu]
+        handovers += [
+            b["w_start"] - a["w_end"]
+            for a, b in itertools.pairwise(on_gpu)
+            if a["trial_id"] != b["trial_id"]
+        ]
     gaps = [w["gap_s"] for w in windows if w["gap_s"] and w["gap_s"] > 0]
     out = {
         "wall_s": run["wall_s"],
         "batches": trained,
-        "efficiency": trained / (rate * run["wall_s"]),
+        "efficiency": trained / (rate * run["wall_s"] * gpus),
         "first_batch_s": windows[0]["w_start"] - run["began"] if windows else math.nan,
         "in_trial_rate": statistics.median(rates) if rates else math.nan,
         "wait_per_report_s": statistics.median(gaps) if gaps else 0.0,
@@ -343,6 +355,9 @@ def main() -> None:
     parser.add_argument("--data", default="resident,loader")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument(
+        "--gpus", type=int, default=1, help="GPUs to use, one trial on each at a time"
+    )
+    parser.add_argument(
         "--sides",
         default="ray_asha,searchlab",
         help=f"which of {', '.join(SIDES)} to run, in this order each round",
@@ -354,6 +369,7 @@ def main() -> None:
     from searchlab._ray_env import ray_environment, ray_init_kwargs
 
     quick = args.quick or not torch.cuda.is_available()
+    CONCURRENT[0] = max(args.gpus, 1)
     workloads = QUICK_WORKLOADS if quick else WORKLOADS
     base = {
         "model": "tiny" if quick else "resnet18",

@@ -13,6 +13,7 @@ waited before the window: the report's way through the search and the next call)
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -93,9 +94,20 @@ class Window:
     def close(self) -> dict[str, float]:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        out = {"w_start": float(self.start or time.time()), "w_end": time.time(), "gap_s": self.gap}
+        out = {
+            "w_start": float(self.start or time.time()),
+            "w_end": time.time(),
+            "gap_s": self.gap,
+            "gpu": _gpu_index(),
+        }
         self.start, self.gap, self.reported_at = None, 0.0, time.perf_counter()
         return out
+
+
+def _gpu_index() -> float:
+    """The physical GPU this process trains on (-1: none or unknown), to tell GPUs apart."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return float(visible) if visible.isdigit() else -1.0
 
 
 class TrainStep:
