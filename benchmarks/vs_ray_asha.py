@@ -282,12 +282,15 @@ def run_searchlab_without_train_ahead(
 
 def _searchlab_checkpoint_times(results: Any) -> dict[str, Any]:
     """Medians of the seconds searchlab's workers report spending on checkpoints and builds
-    (``searchlab_timing`` in each trial's ``result.json``)."""
+    (``searchlab_timing_*`` in each trial's ``result.json``)."""
     found: dict[str, list[float]] = {}
     for path in results.experiment_dir.glob("*/result.json"):
         for line in path.read_text().splitlines():
             with contextlib.suppress(ValueError):
-                for key, value in (json.loads(line).get("searchlab_timing") or {}).items():
+                for key, value in json.loads(line).items():
+                    if not key.startswith("searchlab_timing_"):
+                        continue
+                    key = key.removeprefix("searchlab_timing_")
                     found.setdefault(key, []).append(float(value))
     return {key: statistics.median(values) for key, values in found.items()}
 

@@ -24,16 +24,25 @@ from searchlab.errors import (
 )
 
 if TYPE_CHECKING:
+    from searchlab import core
+    from searchlab._info import ClusterInfo, TrialInfo, get_cluster_info
+    from searchlab.core._import import import_from_path
     from searchlab.experiment import resume, run
     from searchlab.results import Results, load_results
 
 __all__ = [
+    "LOG_FORMAT",
     "CheckpointError",
+    "ClusterInfo",
     "ConfigError",
     "InvalidHP",
     "Results",
     "SearchlabError",
     "TrialDefinitionError",
+    "TrialInfo",
+    "core",
+    "get_cluster_info",
+    "import_from_path",
     "load_results",
     "resume",
     "run",
@@ -41,12 +50,19 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("pytorch", "tensorboard", "results", "experiment", "config")
+# Determined's logging format (``det.LOG_FORMAT``), for scripts that configure logging with it.
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
+
+_SUBMODULES = ("pytorch", "tensorboard", "results", "experiment", "config", "core", "launch")
 _LAZY = {
     "run": "searchlab.experiment",
     "resume": "searchlab.experiment",
     "Results": "searchlab.results",
     "load_results": "searchlab.results",
+    "get_cluster_info": "searchlab._info",
+    "ClusterInfo": "searchlab._info",
+    "TrialInfo": "searchlab._info",
+    "import_from_path": "searchlab.core._import",
 }
 
 

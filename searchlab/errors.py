@@ -24,7 +24,16 @@ class ConfigError(SearchlabError):
 
 
 class TrialDefinitionError(SearchlabError):
-    """A ``PyTorchTrial`` subclass that breaks the trial contract (no wrapped model, ...)."""
+    """A ``PyTorchTrial`` subclass that breaks the trial contract (no wrapped model, ...).
+
+    ``config_path`` names the experiment config field the mistake is about, when it is one
+    (``searcher.metric`` for a metric the trial never reports), so the one-line error can
+    lead with the file and the field.
+    """
+
+    def __init__(self, *args: object, config_path: str | None = None) -> None:
+        super().__init__(*args)
+        self.config_path = config_path
 
 
 class CheckpointError(SearchlabError):

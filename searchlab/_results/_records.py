@@ -162,8 +162,9 @@ def saved_checkpoints(trial_dir: str, names: list[str]) -> list[tuple[str, dict[
     found = []
     for name in names:
         path = os.path.join(trial_dir, name)
-        if os.path.islink(path) or not any(
-            os.path.isfile(os.path.join(path, state)) for state in _STATE_FILES
+        if os.path.islink(path) or not (
+            any(os.path.isfile(os.path.join(path, state)) for state in _STATE_FILES)
+            or os.path.isfile(os.path.join(path, "metadata.json"))  # a script trial's
         ):
             continue
         try:

@@ -7,6 +7,15 @@ Example:
 
 from __future__ import annotations
 
+from searchlab.config._entrypoint import (
+    LAUNCHER_MODULE,
+    ScriptCommand,
+    class_entrypoint,
+    command_problem,
+    is_command,
+    is_python,
+    parse_command,
+)
 from searchlab.config._hparams import (
     HParamSpec,
     HParamType,
@@ -21,6 +30,7 @@ from searchlab.config._loader import (
     load_experiment_config,
 )
 from searchlab.config._model import (
+    SCRIPT_LENGTH,
     CheckpointPolicy,
     CheckpointStorageConfig,
     EnvironmentConfig,
@@ -48,10 +58,12 @@ from searchlab.config._yaml import MAX_CONFIG_BYTES, MAX_EXPANDED_VALUES, MAX_NE
 
 __all__ = [
     "CLUSTER_ONLY_FIELDS",
+    "LAUNCHER_MODULE",
     "MAX_CONFIG_BYTES",
     "MAX_DIR_NAME_LENGTH",
     "MAX_EXPANDED_VALUES",
     "MAX_NESTING",
+    "SCRIPT_LENGTH",
     "SEARCHER_ALIASES",
     "AdaptiveASHAConfig",
     "AdaptiveMode",
@@ -72,15 +84,21 @@ __all__ = [
     "ReproducibilityConfig",
     "ResourcesConfig",
     "SamplerName",
+    "ScriptCommand",
     "SearcherConfig",
     "SearcherName",
     "SingleConfig",
     "StorageType",
     "TimeMetric",
     "check_dir_name",
+    "class_entrypoint",
+    "command_problem",
     "experiment_dir_name",
     "format_validation_error",
+    "is_command",
+    "is_python",
     "load_experiment_config",
+    "parse_command",
     "parse_hyperparameters",
     "validate_hyperparameters",
 ]

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from searchlab.config._entrypoint import class_entrypoint, is_command, parse_command
 from searchlab.config._hparams import check_global_batch_size, validate_hyperparameters
 from searchlab.config._length import ConfigFieldError, Length
 from searchlab.config._searchers import SearcherConfig, SearcherName, normalise_searcher_name
 
 __all__ = [
+    "SCRIPT_LENGTH",
     "CheckpointPolicy",
     "CheckpointStorageConfig",
     "EnvironmentConfig",
@@ -24,6 +25,12 @@ __all__ = [
     "ResourcesConfig",
     "StorageType",
 ]
+
+
+# The searcher length of a script experiment that leaves it to the script (no max_length,
+# no max_time): more batches than any trial trains, so the script's own length ends it.
+SCRIPT_LENGTH = 2**62
+_LENGTHLESS_SEARCHERS = (SearcherName.SINGLE, SearcherName.GRID, SearcherName.RANDOM)
 
 
 class CheckpointPolicy(str, enum.Enum):
@@ -190,20 +197,32 @@ class EnvironmentConfig(_Section):
         return _scalars_to_dict(raw)
 
 
-_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_LAUNCHER_TRIAL = re.compile(r"--trial[ =](\S+)")
-
-
 def _check_entrypoint(value: str) -> str:
     value = value.strip()
-    launched = _LAUNCHER_TRIAL.search(value)
-    if launched and "determined.launch" in value:
-        value = launched.group(1)
-    if not _ENTRYPOINT.match(value):
-        raise ConfigFieldError(
-            f"must be 'module:Class' naming a PyTorchTrial (e.g. model_def:MNistTrial), got {value!r}"
-        )
-    return value
+    trial_class = class_entrypoint(value)
+    if trial_class is not None:
+        return trial_class
+    if is_command(value):
+        parse_command(value)  # a command that cannot be run is refused here
+        return value
+    raise ConfigFieldError(
+        "must be 'module:Class' naming a PyTorchTrial (e.g. model_def:MNistTrial) or a "
+        f"command that runs a script (e.g. python3 train.py), got {value!r}"
+    )
+
+
+def _script_decides_length(data: dict[str, Any]) -> dict[str, Any]:
+    """A script entrypoint may leave the length out (Determined 0.38's ``single``, ``grid``
+    and ``random``): the script's own ``fit(max_length=...)`` decides how far it trains."""
+    searcher = data.get("searcher")
+    entrypoint = data.get("entrypoint")
+    if not isinstance(searcher, dict) or not isinstance(entrypoint, str):
+        return data
+    lengthless = all(searcher.get(k) is None for k in ("max_length", "time_metric", "max_time"))
+    simple = searcher.get("name") in _LENGTHLESS_SEARCHERS
+    if lengthless and simple and is_command(entrypoint):
+        data = {**data, "searcher": {**searcher, "max_length": {"batches": SCRIPT_LENGTH}}}
+    return data
 
 
 class ExperimentConfig(_Section):
@@ -248,7 +267,7 @@ class ExperimentConfig(_Section):
         if isinstance(data, dict) and isinstance(data.get("searcher"), dict):
             searcher = dict(data["searcher"])
             searcher["name"] = normalise_searcher_name(searcher.get("name"), "searcher.name")
-            data = {**data, "searcher": searcher}
+            data = _script_decides_length({**data, "searcher": searcher})
         return data
 
     @field_validator("entrypoint")

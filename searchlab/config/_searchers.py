@@ -61,6 +61,20 @@ class TimeMetric(str, enum.Enum):
     EPOCHS = "epochs"
 
 
+# Determined's searchers that need its master: why searchlab refuses each, and what to use.
+_NOT_RUN = {
+    "custom": (
+        "a custom SearchMethod runs inside a Determined master and searchlab does not run "
+        "one; use adaptive_asha, random or grid, or random/adaptive_asha with sampler: tpe "
+        "for a model-based search"
+    ),
+    "pbt": (
+        "population-based training is not available; use adaptive_asha (early stopping with "
+        "promotion) or random"
+    ),
+}
+
+
 def _names() -> str:
     return ", ".join(sorted([n.value for n in SearcherName] + list(SEARCHER_ALIASES)))
 
@@ -76,6 +90,8 @@ def normalise_searcher_name(raw: Any, path: str = "searcher.name") -> SearcherNa
     if isinstance(raw, SearcherName):
         return raw
     name = str(raw)
+    if name in _NOT_RUN:
+        raise ConfigFieldError(f"{name!r}: {_NOT_RUN[name]}", path)
     if name in SEARCHER_ALIASES:
         return SEARCHER_ALIASES[name]
     try:

@@ -22,15 +22,9 @@ from searchers._base import Action, ExitReason
 from searchers._driver import FINISHED, RunnerStatus, SearchDriver
 from searchlab._failpoints import failpoint
 from searchlab.experiment._compat import end_run_resumably, set_trial_paused
+from searchlab.experiment._protocol import Outcome, TrialConfig, TrialReport
 from searchlab.experiment._records import is_disk_full, trial_error_text
 from searchlab.experiment._snapshot import Snapshots
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY
-from searchlab.experiment._trial_runner import (
-    FATAL_KEY,
-    INVALID_HP_KEY,
-    LENGTH_KEY,
-    TRIAL_ERROR_KEY,
-)
 
 __all__ = ["GatedSearcher", "RestoreFailed", "RunControl", "SearchScheduler"]
 
@@ -105,8 +99,7 @@ class GatedSearcher(Searcher):
         if plan is None or plan == FINISHED:
             return Searcher.FINISHED if plan == FINISHED else None
         assert not isinstance(plan, str)
-        info = {"rung_ends": plan.rung_ends, "bracket": plan.bracket, "trial_seed": plan.trial_seed}
-        return {HPARAMS_KEY: plan.hparams, TRIAL_KEY: info}
+        return TrialConfig(plan.hparams, plan.rung_ends, plan.bracket, plan.trial_seed).to_tune()
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -137,9 +130,10 @@ class GatedSearcher(Searcher):
 def exit_reason(result: dict[str, Any] | None, error: bool) -> ExitReason:
     if error:
         return ExitReason.ERRORED
-    if result and result.get(INVALID_HP_KEY):
+    outcome = TrialReport.of(result).outcome
+    if outcome is Outcome.INVALID_HP:
         return ExitReason.INVALID_HP
-    if result and (result.get(FATAL_KEY) or result.get(TRIAL_ERROR_KEY)):
+    if outcome in (Outcome.FATAL, Outcome.TRIAL_ERROR):
         return ExitReason.ERRORED
     return ExitReason.COMPLETED
 
@@ -165,10 +159,11 @@ class SearchScheduler(FIFOScheduler):
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         decision = TrialScheduler.CONTINUE
-        if LENGTH_KEY in result:
+        length = TrialReport.of(result).length
+        if length is not None:
             reported = result.get(self._searcher_metric)
             value = float(reported) if reported is not None else math.nan
-            action = self.driver.on_result(trial.trial_id, int(result[LENGTH_KEY]), value)
+            action = self.driver.on_result(trial.trial_id, length, value)
             if not result.get("done"):  # a trial at its last rung ends by itself
                 decision = _DECISIONS[action]
         if self._searcher.control.interrupted and decision == TrialScheduler.CONTINUE:

@@ -17,6 +17,7 @@ import signal
 from typing import Any
 
 __all__ = [
+    "TUNE_FLAT_DELIMITER",
     "TUNE_LOGGERS",
     "TUNE_MESSAGES_REPORTED_BY_SEARCHLAB",
     "TUNE_RESTORE_FAILED",
@@ -29,6 +30,9 @@ __all__ = [
     "tune_session_of",
     "with_checkpoint_path",
 ]
+
+# Tune flattens a result's nested dicts with this before schedulers and searchers see it.
+TUNE_FLAT_DELIMITER = "/"
 
 # The loggers Tune's messages come from (a logger's filters see only its own records), and
 # the start of the messages searchlab reports itself, in its own words.

@@ -23,10 +23,10 @@ from ray import tune
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
+from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trainable import existing_checkpoint
 from searchlab.experiment._trial_runner import (
-    LENGTH_DONE_KEY,
     TrialRunner,
     checkpoint_rung_length,
     load_with_fallback,
@@ -275,7 +275,7 @@ class DataParallelTrainable(tune.Trainable):
         state["rng_state_per_rank"] = [torch.load(io.BytesIO(b), weights_only=False) for b in rng]
         # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
-        metadata[LENGTH_DONE_KEY] = ray.get(self._workers[0].length_done.remote())
+        metadata[CHECKPOINT_LENGTH_KEY] = ray.get(self._workers[0].length_done.remote())
         write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
         ray.get(self._workers[0].checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
 

@@ -22,6 +22,8 @@ from typing import IO, Any
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from searchlab.experiment._protocol import RESULT_KEY
+
 __all__ = ["PARAMS_FILE", "RESULT_FILE", "ResultLog"]
 
 RESULT_FILE = "result.json"
@@ -53,7 +55,7 @@ class ResultLog(Callback):
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
-        line = json.dumps({k: v for k, v in result.items() if k not in _SKIPPED}, default=_plain)
+        line = json.dumps(_flat_line(result), default=_plain)
         path = self._dir / trial.trial_id / RESULT_FILE
         self._guarded(path, lambda: self._append(trial.trial_id, path, line))
 
@@ -92,6 +94,20 @@ class ResultLog(Callback):
 
 class _NullCallback(Callback):
     """What a result log unpickles to outside its driver: a callback that does nothing."""
+
+
+def _flat_line(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as one flat JSON object: searchlab's part (``TrialReport``) as
+    ``searchlab_<field>`` keys (timings as ``searchlab_timing_<name>``), so that every value
+    on a line is a scalar and readers parse result files column by column."""
+    line = {k: v for k, v in result.items() if k not in _SKIPPED and k != RESULT_KEY}
+    ours = result.get(RESULT_KEY) or {}
+    for key, value in ours.items():
+        if isinstance(value, dict):
+            line.update({f"searchlab_{key}_{k}": v for k, v in value.items()})
+        else:
+            line[f"searchlab_{key}"] = value
+    return line
 
 
 def _open_for_append(path: pathlib.Path) -> IO[str]:

@@ -26,6 +26,7 @@ from ray.tune.experiment import Trial
 
 from searchlab._failpoints import failpoint
 from searchlab.experiment._adapters import RestoreFailed
+from searchlab.experiment._protocol import Outcome, TrialReport
 from searchlab.experiment._records import (
     FINISHED,
     TRIALS_FILE,
@@ -47,14 +48,6 @@ from searchlab.experiment._retention import (
 )
 from searchlab.experiment._snapshot import Snapshots, atomic_write
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trial_runner import (
-    FATAL_KEY,
-    INVALID_HP_KEY,
-    LENGTH_KEY,
-    RUNG_KEY,
-    TRIAL_ERROR_KEY,
-    WARNING_KEY,
-)
 
 __all__ = ["TRIALS_FILE", "TrialRecorder"]
 
@@ -93,7 +86,7 @@ class TrialRecorder(Callback):
         self.records: dict[str, dict[str, Any]] = {}
         self._status: dict[str, str] = {}
         self._dirty = False
-        self.fatal: str | None = None
+        self.fatal: TrialReport | None = None  # a user error every trial would hit
         self.write_error: str | None = None
         storage = spec.exp_conf.get("checkpoint_storage") or {}
         self._retention = RetentionPolicy(
@@ -144,38 +137,42 @@ class TrialRecorder(Callback):
         if rec.pop("_paused", False):
             failpoint("result-after-resume")  # the first result of a trial resumed just now
         rec["batches"] = int(result.get("batches", rec["batches"]))
-        if result.get(INVALID_HP_KEY):
+        report = TrialReport.of(result)
+        if report.outcome is Outcome.INVALID_HP:
             rec["state"] = "INVALID_HP"
-            rec["error"] = f"InvalidHP: {result[INVALID_HP_KEY]}"
-            self._say(trial, f"raised InvalidHP ({result[INVALID_HP_KEY]}); it will be replaced")
-        if result.get(FATAL_KEY):
-            rec["error"] = result[FATAL_KEY]
+            rec["error"] = f"InvalidHP: {report.message}"
+            self._say(trial, f"raised InvalidHP ({report.message}); it will be replaced")
+        elif report.outcome is Outcome.FATAL:
+            rec["error"] = report.message
             rec["_fatal"] = True
-            self.fatal = self.fatal or str(result[FATAL_KEY])
+            if self.fatal is None:
+                self.fatal = report
             self._control.fatal = True
-        if result.get(TRIAL_ERROR_KEY):
-            rec["error"] = result[TRIAL_ERROR_KEY]
+        elif report.outcome is Outcome.TRIAL_ERROR:
+            rec["error"] = report.message
             rec["_fatal"] = True  # shown as ERRORED although Tune ended it normally
-        if result.get(WARNING_KEY):
-            rec.setdefault("warnings", []).append(str(result[WARNING_KEY]))
-            self._say(trial, f"warning: {result[WARNING_KEY]}")
+        if report.warning:
+            rec.setdefault("warnings", []).append(report.warning)
+            self._say(trial, f"warning: {report.warning}")
         if result.get("group") == "validation" and self._spec.metric in result:
             rec["_validated_at"] = int(result.get("batches", -1))
-            self._on_validation(trial, rec, result)
+            self._on_validation(trial, rec, result, report)
         self._dirty = True
 
-    def _on_validation(self, trial: Trial, rec: dict[str, Any], result: dict[str, Any]) -> None:
+    def _on_validation(
+        self, trial: Trial, rec: dict[str, Any], result: dict[str, Any], report: TrialReport
+    ) -> None:
         value = float(result[self._spec.metric])
         rec["last_metric"] = value
         better = rec["best_metric"] is None or _better(value, rec["best_metric"], self._spec)
         if better and math.isfinite(value):
             rec["best_metric"] = value
             rec["_best_pending"] = True
-        if RUNG_KEY in result:
-            rec["rung"] = max(rec.get("rung") or 0, int(result[RUNG_KEY]))
+        if report.rung is not None:
+            rec["rung"] = max(rec.get("rung") or 0, report.rung)
             self._say(
                 trial,
-                f"reached {result[LENGTH_KEY]} {self._spec.length_unit}: "
+                f"reached {report.length} {self._spec.length_unit}: "
                 f"{self._spec.metric}={value:.6g}",
             )
 

@@ -20,8 +20,9 @@ import re
 from typing import Any
 
 from searchlab.errors import ConfigError
+from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._retention import inside
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._spec import ExperimentSpec
 
 __all__ = [
     "FINISHED",
@@ -44,14 +45,14 @@ _PATH_FIELDS = ("checkpoint", "latest_checkpoint")
 
 
 def new_record(trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
-    info = config.get(TRIAL_KEY, {})
+    plan = TrialConfig.from_tune(config)
     return {
         "trial_id": trial_id,
         "state": "PENDING",
-        "hparams": config.get(HPARAMS_KEY, {}),
-        "bracket": info.get("bracket"),
+        "hparams": plan.hparams,
+        "bracket": plan.bracket,
         "rung": None,
-        "trial_seed": info.get("trial_seed"),
+        "trial_seed": plan.trial_seed,
         "batches": 0,
         "best_metric": None,
         "last_metric": None,
@@ -140,8 +141,17 @@ def best_remaining(saved: list[dict[str, Any]], spec: ExperimentSpec) -> str | N
 
 
 def holds_state(directory: pathlib.Path) -> bool:
-    """False for a checkpoint directory without a trial state (nothing to load from it)."""
-    return any((directory / name).is_file() for name in _STATE_FILES)
+    """False for a checkpoint directory without a trial state (nothing to load from it).
+
+    A class trial's checkpoint holds ``state-dict.pth``; a script trial's holds whatever the
+    script stored, with searchlab's ``metadata.json`` beside it.
+    """
+    if any((directory / name).is_file() for name in _STATE_FILES):
+        return True
+    try:
+        return "searchlab_length_done" in json.loads((directory / "metadata.json").read_text())
+    except (OSError, ValueError):
+        return False
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -12,6 +12,7 @@ from typing import Any
 from searchers import DEFAULT_MAX_GRID_TRIALS, build_search_method
 from searchlab._failpoints import worker_env
 from searchlab._lock import LOCK_FILE, experiment_lock
+from searchlab._progress import default_echo
 from searchlab.config import (
     ExperimentConfig,
     check_dir_name,
@@ -38,7 +39,7 @@ def run(
     *,
     name: str | None = None,
     max_grid_trials: int | None = DEFAULT_MAX_GRID_TRIALS,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] | None = None,
 ) -> Any:
     """Run an experiment on Ray Tune and return its ``Results``.
 
@@ -52,12 +53,14 @@ def run(
             directory name).
         max_grid_trials: the most trials a grid search may have (None: no limit); a bigger
             grid is refused before anything starts.
-        echo: where progress lines go.
+        echo: where progress lines go (default: print; in a Jupyter kernel, one display that
+            is updated in place).
 
     Example:
         >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist_pytorch")
         >>> results.best_trial()
     """
+    echo = default_echo() if echo is None else echo
     cfg = load_experiment_config(
         dict(config) if isinstance(config, Mapping) else config,
         list(overrides or ()),
@@ -94,7 +97,7 @@ def resume(
     address: str | None = None,
     *,
     force_restart: bool = False,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] | None = None,
 ) -> Any:
     """Continue an experiment whose driver died or was interrupted; returns its ``Results``.
 
@@ -107,6 +110,7 @@ def resume(
     Example:
         >>> results = searchlab.resume("searchlab-results/mnist_pytorch_adaptive")
     """
+    echo = default_echo() if echo is None else echo
     exp_dir = pathlib.Path(experiment_dir).resolve()
     meta = _read_experiment_file(exp_dir)
     cfg = load_experiment_config(meta["config"], model_dir=meta["model_dir"])
@@ -182,8 +186,14 @@ def _finish(
 
 
 def _check_entrypoint(cfg: ExperimentConfig) -> None:
+    from searchlab.config import command_problem, is_command
     from searchlab.pytorch import load_trial_class
 
+    if is_command(cfg.entrypoint):  # a script: it runs in each trial's own process
+        problem = command_problem(cfg.entrypoint, cfg.model_dir, cfg.resources.slots_per_trial)
+        if problem:
+            raise ConfigError(f"{cfg.source_name}: entrypoint: {problem}")
+        return
     module = cfg.entrypoint.partition(":")[0].replace(".", "/")
     model_dir = pathlib.Path(cfg.model_dir)
     if not (model_dir / f"{module}.py").is_file() and not (model_dir / module).is_dir():
@@ -260,7 +270,8 @@ def _ship_env(cfg: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def _explain_fatal(cfg: ExperimentConfig, message: str) -> str:
-    if message.startswith("the searcher metric"):
-        return f"{cfg.source_name}: searcher.metric: {message}"
-    return f"{cfg.entrypoint}: {message}"
+def _explain_fatal(cfg: ExperimentConfig, report: Any) -> str:
+    """The fatal error's one line, led by the config field it is about when it names one."""
+    if report.config_path:
+        return f"{cfg.source_name}: {report.config_path}: {report.message}"
+    return f"{cfg.entrypoint}: {report.message}"

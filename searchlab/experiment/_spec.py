@@ -10,11 +10,9 @@ from typing import Any
 from searchlab.config import ExperimentConfig
 from searchlab.experiment._idle import DEFAULT_AFTER_S, idle_after_s
 
-__all__ = ["HPARAMS_KEY", "TRIAL_KEY", "ExperimentSpec"]
+__all__ = ["ExperimentSpec"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
-HPARAMS_KEY = "hparams"
-TRIAL_KEY = "searchlab"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,9 @@ from ray import tune
 from searchlab._failpoints import failpoint
 from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_path
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
+from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_runner import (
-    LENGTH_DONE_KEY,
     TrialRunner,
     checkpoint_rung_length,
     earlier_checkpoints,
@@ -84,7 +84,7 @@ class SearchlabTrainable(tune.Trainable):
             saved = self._runner.state()
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
                 state, metadata = saved
-                metadata = {**metadata, LENGTH_DONE_KEY: self._runner.length_done}
+                metadata = {**metadata, CHECKPOINT_LENGTH_KEY: self._runner.length_done}
                 # Tune copies the directory into the experiment and deletes it: no fsync.
                 write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
                 failpoint("checkpoint-write")  # written, not yet handed to Tune

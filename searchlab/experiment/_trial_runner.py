@@ -22,7 +22,13 @@ from typing import Any
 import torch
 
 from searchlab.errors import CheckpointError, InvalidHP, SearchlabError
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._protocol import (
+    CHECKPOINT_LENGTH_KEY,
+    Outcome,
+    TrialConfig,
+    TrialReport,
+)
+from searchlab.experiment._spec import ExperimentSpec
 from searchlab.pytorch import (
     DistributedContext,
     LoopSettings,
@@ -36,14 +42,6 @@ from searchlab.pytorch._checkpoint import METADATA_FILE, load_checkpoint
 from searchlab.pytorch._trainer import seed_everything
 
 __all__ = [
-    "FATAL_KEY",
-    "INVALID_HP_KEY",
-    "LENGTH_DONE_KEY",
-    "LENGTH_KEY",
-    "RUNG_KEY",
-    "TIMING_KEY",
-    "TRIAL_ERROR_KEY",
-    "WARNING_KEY",
     "TrialRunner",
     "checkpoint_rung_length",
     "earlier_checkpoints",
@@ -53,17 +51,6 @@ __all__ = [
 
 logger = logging.getLogger("searchlab")
 
-LENGTH_KEY = "searchlab_length"  # set on a rung-end validation: the length in searcher units
-RUNG_KEY = "searchlab_rung"
-INVALID_HP_KEY = "searchlab_invalid_hp"
-FATAL_KEY = "searchlab_fatal"  # a user error every trial would hit: the experiment stops
-TRIAL_ERROR_KEY = "searchlab_trial_error"  # this trial failed for good (e.g. a NaN loss)
-WARNING_KEY = "searchlab_warning"  # something the user should know (a corrupt checkpoint skipped)
-# Seconds the worker spent outside training since the last result (building the trial,
-# writing or loading a checkpoint), for the benchmarks and anyone tuning hand-overs.
-TIMING_KEY = "searchlab_timing"
-# In a checkpoint's metadata: the longest rung length whose result the trial had reported.
-LENGTH_DONE_KEY = "searchlab_length_done"
 # In a checkpoint's state: results trained ahead (see ``TrialRunner.step``) that Tune had not
 # received when it saved; a resumed trial hands them out first.
 _PENDING_KEY = "searchlab_pending_results"
@@ -88,11 +75,11 @@ class TrialRunner:
     ) -> None:
         self._spec = spec
         os.environ.update(spec.environment_variables)
-        info = config[TRIAL_KEY]
-        self._rung_ends: list[int] = list(info["rung_ends"])
+        plan = TrialConfig.from_tune(config)
+        self._rung_ends: list[int] = list(plan.rung_ends)
         self._events: Iterator[Report] | None = None
         self._invalid: str | None = None
-        self._fatal: str | None = None
+        self._fatal: TrialReport | None = None
         self._failure: Exception | None = None
         self._warnings: list[str] = []
         self.timing: dict[str, float] = {}  # reported with the next result
@@ -100,7 +87,7 @@ class TrialRunner:
         self._ahead: concurrent.futures.Future[dict[str, Any]] | None = None
         self._pending: list[dict[str, Any]] = []  # results trained ahead, not yet handed out
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._build_args = (config[HPARAMS_KEY], info, trial_id, logdir, model_dir, distributed)
+        self._build_args = (plan.hparams, plan, trial_id, logdir, model_dir, distributed)
         self._parked: tuple[bytes, str | None] | None = None
         self._saved_state: dict[str, Any] | None = None  # the last state(), until training
         self._last_rung_end = False
@@ -112,7 +99,7 @@ class TrialRunner:
         except InvalidHP as exc:
             self._invalid = str(exc) or "InvalidHP"
         except SearchlabError as exc:
-            self._fatal = str(exc)
+            self._fatal = _fatal(exc)
         except Exception as exc:
             # Raised by step() instead: Tune retries a trial that fails while it runs, but
             # errors a trial whose build fails as a reused actor resets at once, without
@@ -122,7 +109,7 @@ class TrialRunner:
     def _make_loop(
         self,
         hparams: dict[str, Any],
-        info: dict[str, Any],
+        plan: TrialConfig,
         trial_id: str,
         logdir: str | None,
         model_dir: str,
@@ -130,7 +117,7 @@ class TrialRunner:
     ) -> TrialLoop:
         spec = self._spec
         trial_class = load_trial_class(spec.entrypoint, model_dir)
-        seed = int(info["trial_seed"])
+        seed = plan.trial_seed
         dist = distributed or DistributedContext()
         seed_everything(seed + dist.rank)  # own RNG streams per worker; data order uses `seed`
         context = PyTorchTrialContext(
@@ -229,18 +216,19 @@ class TrialRunner:
         result = self._take_ahead()
         if result is None:
             result = self._step()
-        self._last_rung_end = RUNG_KEY in result and not result.get("done")
+        self._last_rung_end = TrialReport.of(result).rung is not None and not result.get("done")
         if self._may_train_ahead(result):
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="searchlab-train-ahead"
                 )
             self._ahead = self._executor.submit(self._step)
-        if self._warnings:
-            result[WARNING_KEY] = "; ".join(self._warnings)
-            self._warnings = []
-        if self.timing:
-            result[TIMING_KEY], self.timing = self.timing, {}
+        if self._warnings or self.timing:
+            report = TrialReport.of(result).merged(
+                warning="; ".join(self._warnings) or None, timing=self.timing or None
+            )
+            report.attach(result)
+            self._warnings, self.timing = [], {}
         return result
 
     def _may_train_ahead(self, result: dict[str, Any]) -> bool:
@@ -270,17 +258,17 @@ class TrialRunner:
 
     def _step(self) -> dict[str, Any]:
         if self._invalid is not None:
-            return {"done": True, INVALID_HP_KEY: self._invalid, "group": "invalid_hp"}
+            return _ended(TrialReport(outcome=Outcome.INVALID_HP, message=self._invalid))
         if self._fatal is not None:
-            return {"done": True, FATAL_KEY: self._fatal, "group": "error"}
+            return _ended(self._fatal)
         if self._failure is not None:
             raise self._failure
         try:
             report = self._next_report()
         except InvalidHP as exc:
-            return {"done": True, INVALID_HP_KEY: str(exc) or "InvalidHP", "group": "invalid_hp"}
+            return _ended(TrialReport(outcome=Outcome.INVALID_HP, message=str(exc) or "InvalidHP"))
         except SearchlabError as exc:
-            return {"done": True, FATAL_KEY: str(exc), "group": "error"}
+            return _ended(_fatal(exc))
         if report is None:
             position = self.loop.batches_trained if self.loop is not None else 0
             return {"done": True, "group": "end", "batches": position}
@@ -304,20 +292,21 @@ class TrialRunner:
         )
         if report.checkpoint:
             result["should_checkpoint"] = True
+        ours = TrialReport()
         if report.group == "validation" and report.done:
             batch_ends = self._rung_batches()
             if report.batches in batch_ends:
                 rung = batch_ends.index(report.batches)
-                result[LENGTH_KEY] = self._rung_ends[rung]
+                ours = ours.merged(length=self._rung_ends[rung], rung=rung)
                 self.length_done = max(self.length_done, self._rung_ends[rung])
-                result[RUNG_KEY] = rung
                 result["done"] = rung == len(batch_ends) - 1
         if report.stop_requested:
             result["done"] = True
         problem = self._non_finite(report)
         if problem:
-            result.update({"done": True, TRIAL_ERROR_KEY: problem})
-        return result
+            result["done"] = True
+            ours = ours.merged(outcome=Outcome.TRIAL_ERROR, message=problem)
+        return ours.attach(result)
 
     def _non_finite(self, report: Report) -> str | None:
         """A NaN or infinite loss or searcher metric ends the trial with a clear error."""
@@ -469,6 +458,18 @@ def checkpoint_rung_length(path: str | os.PathLike[str]) -> int | None:
     """The longest rung length whose result the trial had reported when it saved ``path``."""
     try:
         meta = json.loads((pathlib.Path(path) / METADATA_FILE).read_text())
-        return int(meta[LENGTH_DONE_KEY])
+        return int(meta[CHECKPOINT_LENGTH_KEY])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _ended(report: TrialReport) -> dict[str, Any]:
+    """The last result of a trial that ended itself (InvalidHP, a user error)."""
+    group = "invalid_hp" if report.outcome is Outcome.INVALID_HP else "error"
+    return report.attach({"done": True, "group": group})
+
+
+def _fatal(exc: SearchlabError) -> TrialReport:
+    """A user error every trial would hit, with the config field it is about, if it says."""
+    path = getattr(exc, "config_path", None)
+    return TrialReport(outcome=Outcome.FATAL, message=str(exc), config_path=path)

@@ -23,7 +23,7 @@ __all__ = ["RunOutcome", "run_tuner"]
 
 @dataclasses.dataclass(frozen=True)
 class RunOutcome:
-    fatal: str | None  # a user error every trial would hit stopped the experiment
+    fatal: Any  # a TrialReport: a user error every trial would hit stopped the experiment
     interrupted: bool  # Ctrl-C (or a full disk) paused the trials; `searchlab resume` goes on
     write_error: str | None = None  # a write that failed (a full disk) paused the run
 
@@ -148,9 +148,18 @@ def _trainable(spec: ExperimentSpec, resources: dict[str, float]) -> Any:
     """One process per trial, or a placement group of workers for data-parallel trials."""
     from ray import tune
 
+    from searchlab.config import is_command
     from searchlab.experiment._data_parallel import DataParallelTrainable, placement_group_factory
     from searchlab.experiment._trainable import SearchlabTrainable
 
+    if is_command(spec.entrypoint):  # a script: its launcher starts one process per slot
+        from searchlab.experiment._script_trainable import ScriptTrainable
+
+        slots = spec.slots_per_trial
+        script_resources = {"cpu": resources["cpu"] * slots, "gpu": resources["gpu"] * slots}
+        return tune.with_resources(
+            tune.with_parameters(ScriptTrainable, experiment=spec), script_resources
+        )
     if spec.slots_per_trial > 1:
         pgf = placement_group_factory(spec.slots_per_trial, resources["cpu"], resources["gpu"])
         return tune.with_resources(

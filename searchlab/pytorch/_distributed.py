@@ -34,7 +34,11 @@ class DistributedContext:
         local_size: int | None = None,
         cross_rank: int = 0,
         cross_size: int = 1,
+        chief_ip: str | None = None,
+        **_determined_options: Any,
     ) -> None:
+        # chief_ip, pub_port, pull_port, port_offset, force_tcp: Determined's own transport;
+        # here the collectives run over torch.distributed, so they are accepted and unused.
         if not 0 <= rank < size:
             raise TrialValueError(f"rank is {rank}, but must be in [0, size={size})")
         self.rank = rank
@@ -126,6 +130,9 @@ class DistributedContext:
     def barrier(self) -> None:
         if self._active():
             dist.barrier()
+
+    def close(self) -> None:
+        """Nothing to close: the process group belongs to whoever started it."""
 
     # Machine-local collectives: every worker of the trial must call them (they run as one
     # global collective, keeping the workers of this machine), unlike Determined's, which

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from searchlab._info import get_cluster_info
 from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._checkpoint import load_checkpoint, save_checkpoint_dir
 from searchlab.pytorch._context import PyTorchTrialContext
@@ -23,6 +24,7 @@ from searchlab.pytorch._errors import TrialValueError
 from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
 from searchlab.pytorch._metrics import is_numerical_scalar
 from searchlab.pytorch._trial import PyTorchTrial
+from searchlab.pytorch._trial_fit import fit_in_trial, trial_context
 from searchlab.pytorch._units import TrainUnit
 
 __all__ = ["MetricsReporter", "Trainer", "init", "seed_everything"]
@@ -50,10 +52,26 @@ def init(
 ) -> Iterator[PyTorchTrialContext]:
     """A ``PyTorchTrialContext`` for training in this process, as ``determined.pytorch.init``.
 
+    Inside a searchlab trial (a script entrypoint) the context is the trial's: its
+    hyperparameters (unless ``hparams`` is given), seed, config and checkpoint directory, and
+    the launcher's torch.distributed group; ``checkpoint_dir``, ``exp_conf`` and ``seed`` then
+    do not apply.
+
     Example:
         >>> with init(hparams={"lr": 0.1, "global_batch_size": 32}, checkpoint_dir="ckpts") as ctx:
         ...     Trainer(MyTrial(ctx), ctx).fit(max_length=Batch(100), validation_period=Batch(50))
     """
+    info = get_cluster_info()
+    if info is not None:
+        with trial_context(
+            info,
+            hparams=hparams,
+            distributed=distributed,
+            aggregation_frequency=aggregation_frequency,
+            enable_tensorboard_logging=enable_tensorboard_logging,
+        ) as context:
+            yield context
+        return
     exp_conf = dict(exp_conf or {})
     if seed is None:
         seed = int((exp_conf.get("reproducibility") or {}).get("experiment_seed") or 0)
@@ -141,6 +159,10 @@ class Trainer:
         self._loop: TrialLoop | None = None
         self._latest: pathlib.Path | None = None
 
+    def configure_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Determined's deprecated profiler set-up: accepted and ignored."""
+        logger.info("Trainer.configure_profiler() is ignored: searchlab has no system profiler")
+
     def fit(
         self,
         checkpoint_period: TrainUnit | None = None,
@@ -151,6 +173,7 @@ class Trainer:
         latest_checkpoint: str | os.PathLike[str] | None = None,
         step_zero_validation: bool = False,
         test_mode: bool = False,
+        profiling_enabled: bool = False,
         *,
         trusted: bool = False,
     ) -> str | None:
@@ -158,29 +181,44 @@ class Trainer:
 
         ``latest_checkpoint`` is loaded weights-only (tensors, containers, RNG states);
         ``trusted=True`` unpickles it fully, e.g. for callbacks that saved their own classes,
-        and only for checkpoints whose origin you trust.
+        and only for checkpoints whose origin you trust. ``profiling_enabled`` (Determined's
+        system-metrics profiler) is accepted and does nothing.
         """
+        if profiling_enabled:
+            logger.info("fit(profiling_enabled=True): searchlab has no system profiler; ignored")
         conf = self.context.get_experiment_config()  # type: ignore[union-attr]
         searcher = conf.get("searcher") or {}
+        info = getattr(self.context, "_cluster_info", None)
+        if info is not None:
+            return fit_in_trial(
+                self,
+                info,
+                self._settings(
+                    conf,
+                    validation_period,
+                    checkpoint_period,
+                    checkpoint_policy,
+                    step_zero_validation,
+                    test_mode,
+                ),
+                max_length=max_length,
+                reporting_period=reporting_period,
+                latest_checkpoint=None if latest_checkpoint is None else str(latest_checkpoint),
+                trusted=trusted,
+            )
         if max_length is None:
             if "max_length" not in searcher:
                 raise TrialValueError(
                     "fit() needs max_length, e.g. max_length=Batch(100) or Epoch(1)"
                 )
             max_length = TrainUnit.coerce(searcher["max_length"])
-        if checkpoint_policy not in ("best", "all", "none"):
-            raise TrialValueError(
-                f"checkpoint_policy is {checkpoint_policy!r}, but must be 'best', 'all' or 'none'"
-            )
-        settings = LoopSettings(
-            scheduling_unit=int(conf.get("scheduling_unit") or 100),
-            validation_period=validation_period,
-            checkpoint_period=checkpoint_period,
-            checkpoint_policy=checkpoint_policy,
-            searcher_metric=searcher.get("metric"),
-            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
-            perform_initial_validation=step_zero_validation,
-            test_mode=test_mode,
+        settings = self._settings(
+            conf,
+            validation_period,
+            checkpoint_period,
+            checkpoint_policy,
+            step_zero_validation,
+            test_mode,
         )
         loop = self._loop_with(settings)
         if reporting_period is not None:
@@ -201,6 +239,31 @@ class Trainer:
         finally:
             loop.shutdown()
         return str(self._latest) if self._latest is not None else None
+
+    @staticmethod
+    def _settings(
+        conf: dict[str, Any],
+        validation_period: TrainUnit | None,
+        checkpoint_period: TrainUnit | None,
+        checkpoint_policy: str,
+        step_zero_validation: bool,
+        test_mode: bool,
+    ) -> LoopSettings:
+        if checkpoint_policy not in ("best", "all", "none"):
+            raise TrialValueError(
+                f"checkpoint_policy is {checkpoint_policy!r}, but must be 'best', 'all' or 'none'"
+            )
+        searcher = conf.get("searcher") or {}
+        return LoopSettings(
+            scheduling_unit=int(conf.get("scheduling_unit") or 100),
+            validation_period=validation_period,
+            checkpoint_period=checkpoint_period,
+            checkpoint_policy=checkpoint_policy,
+            searcher_metric=searcher.get("metric"),
+            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            perform_initial_validation=step_zero_validation,
+            test_mode=test_mode,
+        )
 
     def _log_tensorboard(self, report: Report) -> None:
         """Metrics into the context's TensorBoard writer, tagged as Determined tagged them."""

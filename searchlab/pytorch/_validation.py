@@ -175,13 +175,15 @@ class Validator:
             raise TrialDefinitionError(
                 f"the searcher metric {name!r} is not among the validation metrics "
                 f"{sorted(metrics)} that {type(self._trial).__name__} reported; return it from "
-                "evaluate_batch()/evaluate_full_dataset() or change searcher.metric"
+                "evaluate_batch()/evaluate_full_dataset() or change searcher.metric",
+                config_path="searcher.metric",
             )
         if name is not None and not is_numerical_scalar(metrics[name]):
             shown = repr(metrics[name])[:80]
             raise TrialDefinitionError(
                 f"the searcher metric {name!r} that {type(self._trial).__name__} reported is "
-                f"{shown}, not a number; the searcher compares numbers: return a scalar"
+                f"{shown}, not a number; the searcher compares numbers: return a scalar",
+                config_path="searcher.metric",
             )
 
 

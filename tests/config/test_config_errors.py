@@ -152,8 +152,9 @@ ERRORS: list[tuple[dict[str, Any], str]] = [
         r"^grid\.yaml: min_validation_period\.epochs: must be >= 0, got -1$",
     ),
     (
-        {**base_config(), "entrypoint": "python3 train.py"},
-        r"^grid\.yaml: entrypoint: must be 'module:Class' naming a PyTorchTrial .*got 'python3 train\.py'$",
+        {**base_config(), "entrypoint": "python3 -m determined.launch.horovod python3 train.py"},
+        r"^grid\.yaml: entrypoint: determined\.launch\.horovod: searchlab launches scripts with "
+        r"torch\.distributed only; use python3 -m searchlab\.launch\.torch_distributed",
     ),
     (
         {**base_config(), "entrypoint": "model_def"},

@@ -180,3 +180,15 @@ def test_the_tune_messages_searchlab_rewords_still_exist() -> None:
 
     for name in _compat.TUNE_LOGGERS:
         importlib.import_module(name)
+
+
+def test_tune_flattens_results_with_the_delimiter_searchlab_reads() -> None:
+    from ray.tune.utils import flatten_dict
+
+    from searchlab.experiment._protocol import TrialReport
+
+    result = TrialReport(length=40, rung=0, timing={"build_s": 1.5}).attach({"loss": 0.1})
+    flat = flatten_dict(result)
+    assert f"searchlab{_compat.TUNE_FLAT_DELIMITER}length" in flat
+    assert TrialReport.of(flat) == TrialReport.of(result)
+    assert TrialReport.of(flat).timing == {"build_s": 1.5}

@@ -23,7 +23,8 @@ import searchlab
 from searchlab.config import load_experiment_config
 from searchlab.errors import ConfigError
 from searchlab.experiment._idle import ENV_VAR, IdleRelease, idle_after_s
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._protocol import TrialConfig
+from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_runner import TrialRunner
 
 # -- IdleRelease -----------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def _runner(tmp_path: pathlib.Path, name: str, **fields: Any) -> TrialRunner:
     spec = ExperimentSpec.from_config(
         load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "park"
     )
-    trial_config = {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [6, 12], "trial_seed": 7}}
+    trial_config = TrialConfig(hparams, rung_ends=[6, 12], trial_seed=7).to_tune()
     return TrialRunner(
         spec, trial_config, trial_id=name, logdir=str(tmp_path / name), model_dir=spec.model_dir
     )

@@ -26,13 +26,9 @@ import searchlab
 from searchlab.cli import main
 from searchlab.config import load_experiment_config
 from searchlab.errors import CheckpointError, TrialDefinitionError
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
-from searchlab.experiment._trial_runner import (
-    FATAL_KEY,
-    TRIAL_ERROR_KEY,
-    TrialRunner,
-    load_with_fallback,
-)
+from searchlab.experiment._protocol import Outcome, TrialConfig, TrialReport
+from searchlab.experiment._spec import ExperimentSpec
+from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
 # Where each injected failure shows in the stored traceback: the user's function that raised.
@@ -367,21 +363,20 @@ def test_model_directory_not_importable_on_a_worker(tmp_path: pathlib.Path) -> N
     bare.mkdir()
     config = toy_config("unshipped", entrypoint="unshipped_model_def:ToyModelTrial")
     spec = ExperimentSpec.from_config(load_experiment_config(config, model_dir=str(bare)), "x")
-    trial_config = {
-        HPARAMS_KEY: {"global_batch_size": 16},
-        TRIAL_KEY: {"rung_ends": [4], "trial_seed": 0},
-    }
+    trial_config = TrialConfig({"global_batch_size": 16}, rung_ends=[4]).to_tune()
     runner = TrialRunner(
         spec, trial_config, trial_id="t0", logdir=str(tmp_path), model_dir=spec.model_dir
     )
     result = runner.step()
     assert result["done"] is True
+    report = TrialReport.of(result)
+    assert report.outcome is Outcome.FATAL
     assert re.fullmatch(
         rf"cannot import module 'unshipped_model_def' of 'unshipped_model_def:ToyModelTrial' "
         rf"from {re.escape(str(bare))}: No module named 'unshipped_model_def'; check the "
         r"entrypoint and the model directory",
-        result[FATAL_KEY],
-    ), result[FATAL_KEY]
+        report.message or "",
+    ), report.message
 
 
 def test_a_nan_inside_a_report_window_names_its_own_batch(tmp_path: pathlib.Path) -> None:
@@ -392,14 +387,16 @@ def test_a_nan_inside_a_report_window_names_its_own_batch(tmp_path: pathlib.Path
     )
     runner = TrialRunner(
         spec,
-        {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [8], "trial_seed": 0}},
+        TrialConfig(hparams, rung_ends=[8]).to_tune(),
         trial_id="t0",
         logdir=str(tmp_path),
         model_dir=spec.model_dir,
     )
     result = runner.step()
     assert result["batches"] == 4 and result["done"] is True
-    assert result[TRIAL_ERROR_KEY] == (
+    report = TrialReport.of(result)
+    assert report.outcome is Outcome.TRIAL_ERROR
+    assert report.message == (
         "training metric 'loss' is nan at batch 3 (reported at batch 4); the trial stops and "
         "counts as the worst result (lower the learning rate or check the data)"
     )

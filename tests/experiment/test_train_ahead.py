@@ -11,7 +11,8 @@ import torch
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
 from searchlab.config import load_experiment_config
-from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+from searchlab.experiment._protocol import TrialConfig
+from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_runner import TrialRunner
 
 HPARAMS = {
@@ -33,10 +34,7 @@ def _runner(tmp_path: pathlib.Path, name: str, ahead: bool, **hparams: Any) -> T
         load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "ahead"
     )
     spec = dataclasses.replace(spec, train_ahead=ahead)
-    trial = {
-        HPARAMS_KEY: {**HPARAMS, **hparams},
-        TRIAL_KEY: {"rung_ends": [6, 12], "trial_seed": 7},
-    }
+    trial = TrialConfig({**HPARAMS, **hparams}, rung_ends=[6, 12], trial_seed=7).to_tune()
     return TrialRunner(
         spec, trial, trial_id=name, logdir=str(tmp_path / name), model_dir=spec.model_dir
     )

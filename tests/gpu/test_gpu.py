@@ -187,7 +187,8 @@ def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
     """What a paused trial's idle actor does (``IdleRelease``): nothing left on the GPU."""
     from searchlab.config import load_experiment_config
     from searchlab.experiment._idle import free_accelerator_memory
-    from searchlab.experiment._spec import HPARAMS_KEY, TRIAL_KEY, ExperimentSpec
+    from searchlab.experiment._protocol import TrialConfig
+    from searchlab.experiment._spec import ExperimentSpec
     from searchlab.experiment._trial_runner import TrialRunner
 
     hparams = {"global_batch_size": 8, "hidden": 4096, "amp": True}
@@ -197,7 +198,7 @@ def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
     allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     runner = TrialRunner(
         spec,
-        {HPARAMS_KEY: hparams, TRIAL_KEY: {"rung_ends": [2, 6], "trial_seed": 3}},
+        TrialConfig(hparams, rung_ends=[2, 6], trial_seed=3).to_tune(),
         trial_id="park",
         logdir=str(tmp_path),
         model_dir=str(GPU_MODEL),
