@@ -2,7 +2,7 @@
 
 Example:
     >>> import searchlab
-    >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist_pytorch")
+    >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist")
     >>> results.trials.head()
 
 The package imports lazily: ``import searchlab`` (or ``searchlab.errors``, or a trial worker's

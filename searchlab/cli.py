@@ -1,11 +1,13 @@
-"""The ``searchlab`` command line: run, results, preview."""
+"""The ``searchlab`` command line: run, resume, results, plot, report, preview."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any
 
 from searchlab.errors import SearchlabError
@@ -48,10 +50,26 @@ def _parser() -> argparse.ArgumentParser:
         help="when the experiment's state cannot be trusted (damaged, or its config edited): "
         "run its config again in a new directory, leaving this one as it is",
     )
-    res = sub.add_parser("results", help="print the trials table of an experiment directory")
+    res = sub.add_parser(
+        "results",
+        help="print the trials of an experiment directory, best first",
+        description="Print the trials, best first: the hyperparameters that vary, state, "
+        "batches, rung and best metric. --csv and --json print every column of every trial "
+        "(checkpoints included) in trial order, for programs.",
+    )
     res.add_argument("experiment_dir")
-    res.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    form = res.add_mutually_exclusive_group()
+    form.add_argument("--csv", action="store_true", help="print CSV with every column")
+    form.add_argument("--json", action="store_true", help="print JSON with every column")
     res.add_argument("--metrics", action="store_true", help="print every metric report instead")
+    plot = sub.add_parser(
+        "plot", help="write PNG plots of an experiment: learning curves, best so far, rungs"
+    )
+    plot.add_argument("experiment_dir")
+    plot.add_argument("--out", help="directory for the PNGs (default: EXPERIMENT_DIR/plots)")
+    report = sub.add_parser("report", help="write one self-contained HTML page about an experiment")
+    report.add_argument("experiment_dir")
+    report.add_argument("--out", help="the HTML file (default: EXPERIMENT_DIR/report.html)")
     prev = sub.add_parser("preview", help="show the search plan of a config without running it")
     prev.add_argument("config")
     prev.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -112,7 +130,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return _exit_code(results)
         elif args.command == "results":
-            _print_results(args.experiment_dir, csv=args.csv, metrics=args.metrics)
+            _print_results(args.experiment_dir, form=_form(args), metrics=args.metrics)
+        elif args.command == "plot":
+            from searchlab._plot import write_plots
+            from searchlab.results import load_results
+
+            for path in write_plots(load_results(args.experiment_dir), args.out):
+                print(path)
+        elif args.command == "report":
+            from searchlab._report import write_report
+            from searchlab.results import load_results
+
+            print(write_report(load_results(args.experiment_dir), args.out))
         elif args.command == "preview":
             from searchers import preview_plan
             from searchlab._preview_text import format_plan
@@ -129,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("searchlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`searchlab results DIR | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a tool killed by SIGPIPE
     return 0
 
 
@@ -145,18 +177,34 @@ def _exit_code(results: Any) -> int:
     return 0
 
 
-def _print_results(experiment_dir: str, *, csv: bool, metrics: bool) -> None:
-    import pandas as pd
+class _Form(str, Enum):
+    """How ``searchlab results`` prints: a table for people, CSV or JSON for programs."""
 
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+def _form(args: argparse.Namespace) -> _Form:
+    return _Form.CSV if args.csv else _Form.JSON if args.json else _Form.TABLE
+
+
+def _print_results(experiment_dir: str, *, form: _Form, metrics: bool) -> None:
+    from searchlab._trials_table import format_table, table_frame
     from searchlab.results import load_results
 
     results = load_results(experiment_dir)
     frame = results.metrics if metrics else results.trials
-    if csv:
+    if form is _Form.CSV:
         print(frame.to_csv(index=False), end="")
+    elif form is _Form.JSON:
+        # Through pandas for its NaN/timestamp handling, then json for plain "/" in paths.
+        rows = json.loads(frame.to_json(orient="records", date_format="iso"))
+        print(json.dumps(rows, indent=1))
+    elif metrics:
+        print(format_table(frame))
     else:
-        with pd.option_context("display.max_columns", None, "display.width", 200):
-            print(frame.to_string(index=False))
+        print(format_table(table_frame(results)))
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def run(
             is updated in place).
 
     Example:
-        >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist_pytorch")
+        >>> results = searchlab.run("configs/grid.yaml", model_dir="examples/mnist")
         >>> results.best_trial()
     """
     echo = default_echo() if echo is None else echo
@@ -108,7 +108,7 @@ def resume(
     directory beside it, leaving this one as it is.
 
     Example:
-        >>> results = searchlab.resume("searchlab-results/mnist_pytorch_adaptive")
+        >>> results = searchlab.resume("searchlab-results/mnist_adaptive")
     """
     echo = default_echo() if echo is None else echo
     exp_dir = pathlib.Path(experiment_dir).resolve()

@@ -1,4 +1,4 @@
-"""The offline MNIST stand-in of examples/mnist_pytorch loads through torchvision."""
+"""The offline MNIST stand-in of examples/mnist loads through torchvision."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from sklearn.datasets import load_digits
 from torchvision import datasets
 
-EXAMPLE_DIR = pathlib.Path(__file__).resolve().parents[2] / "examples" / "mnist_pytorch"
+EXAMPLE_DIR = pathlib.Path(__file__).resolve().parents[2] / "examples" / "mnist"
 N_DIGITS = 1797
 
 
@@ -39,7 +39,7 @@ def _file_hashes(root: pathlib.Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def offline_root(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    root = tmp_path_factory.mktemp("offline-mnist")
+    root = tmp_path_factory.mktemp("offline-mnist") / data.OFFLINE_SUBDIR
     data.ensure_offline_mnist(root)
     return root
 
@@ -80,7 +80,7 @@ def test_images_and_labels_are_upscaled_sklearn_digits(
 
 def test_dataset_items_are_normalized_tensors(offline_root: pathlib.Path) -> None:
     dataset = data.build_dataset(
-        {"data_dir": str(offline_root), "offline": True, "download": False},
+        {"data_dir": str(offline_root.parent), "offline": True, "download": False},
         EXAMPLE_DIR,
         train=False,
     )
@@ -127,13 +127,26 @@ def test_second_generation_does_not_rewrite(offline_root: pathlib.Path) -> None:
 
 def test_relative_data_dir_starts_at_model_dir(tmp_path: pathlib.Path) -> None:
     dataset = data.build_dataset({"data_dir": "data", "offline": True}, tmp_path, train=True)
-    assert pathlib.Path(dataset.root) == tmp_path / "data"
-    assert data.is_offline_mnist(tmp_path / "data")
+    assert pathlib.Path(dataset.root) == tmp_path / "data" / "offline"
+    assert data.is_offline_mnist(tmp_path / "data" / "offline")
 
 
-def test_stand_in_is_not_used_as_real_mnist(offline_root: pathlib.Path) -> None:
-    with pytest.raises(RuntimeError, match=r"not real MNIST.*`data\.offline: true`"):
-        data.build_dataset({"data_dir": str(offline_root), "offline": False}, EXAMPLE_DIR, True)
+def test_stand_in_and_real_mnist_never_share_a_directory(tmp_path: pathlib.Path) -> None:
+    data.build_dataset({"data_dir": str(tmp_path), "offline": True}, EXAMPLE_DIR, True)
+    assert not (tmp_path / "MNIST").exists()  # where torchvision downloads real MNIST
+    with pytest.raises(FileNotFoundError, match=r"MNIST is not in .*`download: false`"):
+        data.build_dataset({"data_dir": str(tmp_path), "download": False}, EXAMPLE_DIR, True)
+
+
+def test_a_failed_download_says_how_to_run_offline(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+
+    monkeypatch.setattr(datasets.MNIST, "download", no_network)
+    with pytest.raises(RuntimeError, match=r"could not download MNIST.*data\.offline=true"):
+        data.build_dataset({"data_dir": str(tmp_path)}, EXAMPLE_DIR, True)
 
 
 def test_missing_mnist_without_download_says_how_to_fix(tmp_path: pathlib.Path) -> None:

@@ -1,18 +1,19 @@
-"""MNIST loading for the example trial, and an offline stand-in for MNIST.
+"""MNIST for the example trial: torchvision's download, or a small offline stand-in.
 
 `build_dataset` is what `model_def.py` calls: it reads the `data` section of the
-experiment config and returns `torchvision.datasets.MNIST`, downloading it when
-`download` is true (the default).
+experiment config and returns `torchvision.datasets.MNIST`, downloaded into `data_dir`
+the first time (`download: true`, as the configs ship).
 
-Machines without internet (CI, air-gapped clusters) set `offline: true`: then
-`ensure_offline_mnist` writes a small stand-in made from scikit-learn's bundled
-digits (1797 real handwritten digits, 8x8 pixels, upscaled to 28x28) in MNIST's own
-IDX file format, so the same `torchvision.datasets.MNIST` code reads it unchanged.
-It is not MNIST: 1500 training and 297 test images instead of 60000 and 10000.
+Machines without internet (CI, air-gapped clusters) pass `--config data.offline=true`:
+then `ensure_offline_mnist` writes a small stand-in made from scikit-learn's bundled
+digits (1797 real handwritten digits, 8x8 pixels, upscaled to 28x28) in MNIST's own IDX
+file format under `data_dir/offline/`, and the same `torchvision.datasets.MNIST` class reads
+it unchanged. It is not MNIST: 1500 training and 297 test images instead of 60000 and
+10000. Real and generated files never share a directory.
 
 Example:
     >>> config = {"data_dir": "data", "offline": True}
-    >>> train_set = build_dataset(config, pathlib.Path("examples/mnist_pytorch"), True)
+    >>> train_set = build_dataset(config, pathlib.Path("examples/mnist"), True)
     >>> image, label = train_set[0]  # a normalized (1, 28, 28) tensor and an int
 """
 
@@ -41,6 +42,7 @@ RAW_FILES = (
 )
 # Written next to the generated files so they are never mistaken for real MNIST.
 OFFLINE_MARKER = "OFFLINE_DIGITS.txt"
+OFFLINE_SUBDIR = "offline"  # the stand-in's root inside data_dir
 N_OFFLINE_TRAIN = 1500
 
 _IMAGE_SIDE = 28
@@ -63,29 +65,22 @@ def build_dataset(
 
     Keys of `data_config`: `data_dir` (default `data`, relative to `model_dir`),
     `download` (default true: fetch real MNIST when it is missing) and `offline`
-    (default false: when true, never use the network and generate the digits
-    stand-in unless MNIST files are already there).
+    (default false: when true, never use the network and train on the digits stand-in
+    in `data_dir/offline`).
 
     Raises:
         FileNotFoundError: MNIST is missing and neither `download` nor `offline` is set.
-        RuntimeError: `offline` is false but `data_dir` holds the generated stand-in.
+        RuntimeError: the download failed (the message says how to run offline).
     """
-    root = resolve_data_dir(data_config, model_dir)
+    data_dir = resolve_data_dir(data_config, model_dir)
     offline = bool(data_config.get("offline", False))
     download = bool(data_config.get("download", True)) and not offline
+    root = data_dir / OFFLINE_SUBDIR if offline else data_dir
     root.mkdir(parents=True, exist_ok=True)
     # Trials run side by side: one downloads or generates, the others wait for it.
     with filelock.FileLock(str(root / "mnist.lock")):
         if offline:
             ensure_offline_mnist(root)
-        elif is_offline_mnist(root):
-            raise RuntimeError(
-                f"{_raw_dir(root)} holds the offline stand-in generated from "
-                f"scikit-learn's digits (see {OFFLINE_MARKER} there), not real MNIST, "
-                "but the data config has `offline: false`. Set `data.offline: true` "
-                f"to train on it, or delete {root / 'MNIST'} or point `data.data_dir` "
-                "elsewhere to download MNIST."
-            )
         elif not download and not _has_raw_files(root):
             raise FileNotFoundError(
                 f"MNIST is not in {_raw_dir(root)} and the data config has "
@@ -93,21 +88,30 @@ def build_dataset(
                 "`data.offline: true` to generate a small stand-in from scikit-learn's "
                 "digits without internet."
             )
-        return datasets.MNIST(
-            root=str(root),
-            train=train,
-            download=download,
-            transform=transforms.Compose(
-                [
-                    transforms.ToTensor(),
-                    transforms.Normalize((MNIST_MEAN,), (MNIST_STD,)),
-                ]
-            ),
-        )
+        try:
+            return datasets.MNIST(
+                root=str(root), train=train, download=download, transform=_TRANSFORM
+            )
+        except (RuntimeError, OSError) as exc:
+            if not download:
+                raise
+            raise RuntimeError(
+                f"could not download MNIST into {_raw_dir(root)} ({exc}). Without internet, "
+                "run with `--config data.offline=true` to train on a small stand-in "
+                "generated from scikit-learn's digits, or copy MNIST's files there."
+            ) from exc
+
+
+_TRANSFORM = transforms.Compose(
+    [transforms.ToTensor(), transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))]
+)
 
 
 def ensure_offline_mnist(root: str | os.PathLike[str]) -> pathlib.Path:
     """Writes the digits stand-in to `root/MNIST/raw/` unless MNIST files are there.
+
+    `build_dataset` passes `data_dir/offline` as `root`, so the stand-in never lands
+    beside (or is read as) a real MNIST download.
 
     The files are uncompressed big-endian IDX, exactly what
     `torchvision.datasets.MNIST(root, train=..., download=False)` reads. Train is
@@ -193,10 +197,10 @@ def _write_atomically(path: pathlib.Path, content: bytes) -> None:
 def _marker_text() -> str:
     return (
         "The IDX files in this directory are NOT MNIST. They were generated by\n"
-        "examples/mnist_pytorch/data.py (ensure_offline_mnist) from scikit-learn's\n"
+        "examples/mnist/data.py (ensure_offline_mnist) from scikit-learn's\n"
         f"digits: images 0..{N_OFFLINE_TRAIN - 1} of sklearn.datasets.load_digits()\n"
         "for training, the rest for test, upscaled from 8x8 to 28x28.\n"
-        "Delete the MNIST directory to download the real data set.\n"
+        "Real MNIST is downloaded into the data directory above this one.\n"
     )
 
 

@@ -7,12 +7,13 @@ the two `build_*_data_loader` methods return `pytorch.DataLoader`s, and
 `train_batch` / `evaluate_batch` run one batch. Batches arrive already on the
 trial's device.
 
-Run a search over it with `searchlab run examples/mnist_pytorch/grid.yaml`, or
-train once in this process with `python examples/mnist_pytorch/model_def.py`.
+Run a search over it with `searchlab run examples/mnist/grid.yaml`, or train once in
+this process with `python examples/mnist/model_def.py` (add `--offline` without internet).
 """
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 from typing import Any, cast
 
@@ -106,7 +107,13 @@ def _accuracy(log_probs: torch.Tensor, labels: torch.Tensor) -> float:
 
 def main() -> None:
     """Trains the trial once in this process, with the hyperparameters of const.yaml."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument(
+        "--offline", action="store_true", help="train on the generated stand-in (no download)"
+    )
+    args = parser.parse_args()
     config = yaml.safe_load((MODEL_DIR / "const.yaml").read_text())
+    config["data"]["offline"] = args.offline
     with pytorch.init(hparams=config["hyperparameters"], exp_conf=config) as context:
         trial = MNistTrial(context)
         pytorch.Trainer(trial, context).fit(
