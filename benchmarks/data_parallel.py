@@ -80,7 +80,7 @@ from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sy
 from model_def import HPARAM_DEFAULTS
 
 import searchlab
-from searchlab._ray_env import quiet_ray_environment, ray_init_kwargs
+from searchlab._ray_env import ray_environment, ray_init_kwargs
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "_ddp_torchrun.py"
@@ -257,7 +257,7 @@ def start_ray(gpus: int, nccl_env: dict[str, str]) -> bool:
     around ``ray.init`` (the torchrun runs get their own). With ``RAY_ADDRESS`` set, joins that
     cluster instead (which counts its own resources). Returns False when Ray was up already.
     """
-    quiet_ray_environment()
+    ray_environment().__enter__()  # the benchmark's whole life is one run: never restored
     import ray
 
     if ray.is_initialized():
