@@ -269,11 +269,11 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     return {"wall_s": wall, "began": began, "windows": windows, **timing}
 
 
-def run_searchlab_without_train_ahead(
+def run_searchlab_with_train_ahead(
     hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str
 ) -> dict:
-    """searchlab with ``SEARCHLAB_TRAIN_AHEAD=0``: what training ahead is worth."""
-    os.environ["SEARCHLAB_TRAIN_AHEAD"] = "0"
+    """searchlab with ``SEARCHLAB_TRAIN_AHEAD=1``: what training ahead is worth."""
+    os.environ["SEARCHLAB_TRAIN_AHEAD"] = "1"
     try:
         return run_searchlab(hp, work, lrs, storage)
     finally:
@@ -346,7 +346,7 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
 SIDES = {
     "ray_asha": run_ray,
     "searchlab": run_searchlab,
-    "searchlab_no_train_ahead": run_searchlab_without_train_ahead,
+    "searchlab_train_ahead": run_searchlab_with_train_ahead,
 }
 
 

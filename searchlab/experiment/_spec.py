@@ -41,8 +41,9 @@ class ExperimentSpec:
     # (None: never); ``SEARCHLAB_RELEASE_IDLE_AFTER_S`` on the driver sets it.
     release_idle_after_s: float | None = DEFAULT_AFTER_S
     # Train the next report window while the previous report travels to the driver
-    # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=0`` on the driver turns it off.
-    train_ahead: bool = True
+    # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=1`` on the driver turns it on. Off by
+    # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
+    train_ahead: bool = False
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
@@ -68,8 +69,8 @@ class ExperimentSpec:
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
-            train_ahead=os.environ.get(TRAIN_AHEAD_VAR, "1").strip().lower()
-            not in ("0", "off", "false", "no"),
+            train_ahead=os.environ.get(TRAIN_AHEAD_VAR, "0").strip().lower()
+            in ("1", "on", "true", "yes"),
         )
 
 

@@ -222,7 +222,7 @@ class TrialRunner:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="searchlab-train-ahead"
                 )
-            self._ahead = self._executor.submit(self._step)
+            self._ahead = self._executor.submit(_on_this_device(), self._step)
         if self._warnings or self.timing:
             report = TrialReport.of(result).merged(
                 warning="; ".join(self._warnings) or None, timing=self.timing or None
@@ -461,6 +461,19 @@ def checkpoint_rung_length(path: str | os.PathLike[str]) -> int | None:
         return int(meta[CHECKPOINT_LENGTH_KEY])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _on_this_device() -> Any:
+    """A wrapper running a function on the calling thread's CUDA device (the current device is
+    per thread: a data-parallel rank's window trained ahead must use the rank's GPU)."""
+    device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+
+    def run(fn: Any) -> Any:
+        if device is not None:
+            torch.cuda.set_device(device)
+        return fn()
+
+    return run
 
 
 def _ended(report: TrialReport) -> dict[str, Any]:
