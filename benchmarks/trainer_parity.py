@@ -51,6 +51,7 @@ from model_def import HPARAM_DEFAULTS, CifarResNetTrial, make_model, make_optimi
 from torch import nn
 
 from searchlab import pytorch
+from searchlab.pytorch._loop import LoopSettings, TrialLoop
 from searchlab.pytorch.samplers import EpochShuffleSampler
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "trainer_parity.json"
@@ -120,7 +121,7 @@ class HandLoop:
 class SearchlabSide:
     """The trial in ``TrialLoop``, advanced ``batches`` at a time."""
 
-    def __init__(self, loop: pytorch.TrialLoop) -> None:
+    def __init__(self, loop: TrialLoop) -> None:
         self.loop = loop
 
     def round(self, batches: int) -> tuple[float, float]:
@@ -200,9 +201,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ):
         trial = CifarResNetTrial(ctx)
         # One training report per round: it ends the round, as the hand loop's mean loss does.
-        settings = pytorch.LoopSettings(scheduling_unit=args.batches, checkpoint_policy="none")
+        settings = LoopSettings(scheduling_unit=args.batches, checkpoint_policy="none")
         sides: dict[str, SearchlabSide | HandLoop] = {
-            "searchlab": SearchlabSide(pytorch.TrialLoop(trial, ctx, settings)),
+            "searchlab": SearchlabSide(TrialLoop(trial, ctx, settings)),
             "handwritten": HandLoop(hp, root, device, epoch_images),
         }
         for r in range(args.rounds + 1):  # round 0 warms both up and is not counted

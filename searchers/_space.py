@@ -14,12 +14,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from searchlab.config import (
-    ConfigFieldError,
     HParamSpec,
     HParamType,
     SearcherName,
     parse_hyperparameters,
 )
+from searchlab.config._length import ConfigFieldError
 from searchlab.errors import ConfigError
 
 if TYPE_CHECKING:

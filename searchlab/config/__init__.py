@@ -22,7 +22,7 @@ from searchlab.config._hparams import (
     parse_hyperparameters,
     validate_hyperparameters,
 )
-from searchlab.config._length import ConfigFieldError, Length, LengthUnit
+from searchlab.config._length import Length, LengthUnit
 from searchlab.config._loader import (
     CLUSTER_ONLY_FIELDS,
     IgnoredFieldWarning,
@@ -70,7 +70,6 @@ __all__ = [
     "AsyncHalvingConfig",
     "CheckpointPolicy",
     "CheckpointStorageConfig",
-    "ConfigFieldError",
     "EnvironmentConfig",
     "ExperimentConfig",
     "GridConfig",

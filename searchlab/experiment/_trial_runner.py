@@ -31,14 +31,12 @@ from searchlab.experiment._protocol import (
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.pytorch import (
     DistributedContext,
-    LoopSettings,
     PyTorchTrialContext,
-    Report,
     TrainUnit,
-    TrialLoop,
     load_trial_class,
 )
 from searchlab.pytorch._checkpoint import METADATA_FILE, load_checkpoint
+from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
 from searchlab.pytorch._trainer import seed_everything
 
 __all__ = [

@@ -1,5 +1,7 @@
 """The trial API: Determined's ``determined.pytorch``, so that only the import changes.
 
+The loop that runs a trial (``searchlab.pytorch._loop``) is searchlab's plumbing, not exported.
+
 Example:
     >>> from searchlab import pytorch
     >>> class MyTrial(pytorch.PyTorchTrial):
@@ -27,10 +29,9 @@ from searchlab.pytorch._load import (
     load_trial_class,
     load_trial_from_checkpoint_path,
 )
-from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
 from searchlab.pytorch._lr_scheduler import LRScheduler
 from searchlab.pytorch._reducer import MetricReducer, Reducer, SimpleReducer
-from searchlab.pytorch._trainer import MetricsReporter, Trainer, init
+from searchlab.pytorch._trainer import Trainer, init
 from searchlab.pytorch._trial import PyTorchTrial
 from searchlab.pytorch._units import Batch, Epoch, Record, TrainUnit
 
@@ -41,21 +42,17 @@ __all__ = [
     "DistributedContext",
     "Epoch",
     "LRScheduler",
-    "LoopSettings",
     "MetricReducer",
-    "MetricsReporter",
     "PyTorchCallback",
     "PyTorchExperimentalContext",
     "PyTorchTrial",
     "PyTorchTrialContext",
     "Record",
     "Reducer",
-    "Report",
     "SimpleReducer",
     "TorchData",
     "TrainUnit",
     "Trainer",
-    "TrialLoop",
     "adapt_batch_sampler",
     "data_length",
     "init",

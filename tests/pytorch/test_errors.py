@@ -13,7 +13,8 @@ from torch import nn
 
 from searchlab import pytorch
 from searchlab.errors import CheckpointError, TrialDefinitionError
-from searchlab.pytorch import Batch, Epoch, LoopSettings, Record, TrainUnit
+from searchlab.pytorch import Batch, Epoch, Record, TrainUnit
+from searchlab.pytorch._loop import LoopSettings, TrialLoop
 
 HP = {"global_batch_size": 4}
 
@@ -173,7 +174,7 @@ def test_missing_global_batch_size(tmp_path) -> None:
 
 def test_searcher_metric_missing_from_loop_settings(tmp_path) -> None:
     ctx = pytorch.PyTorchTrialContext(HP)
-    loop = pytorch.TrialLoop(LinearTrial(ctx), ctx, LoopSettings(searcher_metric="accuracy"))
+    loop = TrialLoop(LinearTrial(ctx), ctx, LoopSettings(searcher_metric="accuracy"))
     loop.target = 1
     match = r"the searcher metric 'accuracy' is not among the validation metrics \['validation_loss'\] that LinearTrial reported"
     with pytest.raises(TrialDefinitionError, match=match):
@@ -281,7 +282,7 @@ def test_trainer_and_loop_arguments(tmp_path) -> None:
     with pytest.raises(
         TrialDefinitionError, match=r"NotATrial does not subclass searchlab\.pytorch\.PyTorchTrial"
     ):
-        pytorch.TrialLoop(NotATrial(), ctx, LoopSettings())  # type: ignore[arg-type]
+        TrialLoop(NotATrial(), ctx, LoopSettings())  # type: ignore[arg-type]
     with pytest.raises(TrialDefinitionError, match=r"Trainer\(trial, context\) needs the context"):
         pytorch.Trainer(NotATrial(), None)  # type: ignore[arg-type]
     trainer = pytorch.Trainer(trial)  # the trial's own `context` attribute

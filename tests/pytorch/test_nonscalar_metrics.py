@@ -19,6 +19,7 @@ from api_trials import LinearTrial, train
 from searchlab import pytorch
 from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch import Batch, PyTorchCallback, Reducer
+from searchlab.pytorch._loop import LoopSettings, TrialLoop
 
 HP = {"global_batch_size": 4, "n_train": 16}
 
@@ -74,9 +75,9 @@ def test_training_metrics_of_any_shape_are_reported(tmp_path) -> None:
     assert isinstance(b1["loss"], float)
 
 
-def _loop(ctx: pytorch.PyTorchTrialContext) -> pytorch.TrialLoop:
-    settings = pytorch.LoopSettings(scheduling_unit=4, checkpoint_period=Batch(2))
-    loop = pytorch.TrialLoop(MixedTrainMetrics(ctx), ctx, settings)
+def _loop(ctx: pytorch.PyTorchTrialContext) -> TrialLoop:
+    settings = LoopSettings(scheduling_unit=4, checkpoint_period=Batch(2))
+    loop = TrialLoop(MixedTrainMetrics(ctx), ctx, settings)
     loop.target = 4
     return loop
 

@@ -10,6 +10,7 @@ from api_trials import LinearTrial, train
 
 from searchlab import pytorch
 from searchlab.pytorch import Batch, Epoch, Record
+from searchlab.pytorch._loop import Report
 
 HP = {"global_batch_size": 4, "n_train": 16}  # 4 batches an epoch
 
@@ -67,13 +68,13 @@ def test_fit_again_continues_where_the_last_fit_stopped(tmp_path) -> None:
 
 class ListReporter:
     def __init__(self) -> None:
-        self.reports: list[pytorch.Report] = []
+        self.reports: list[Report] = []
         self.saved: list[tuple[pathlib.Path, int]] = []
 
-    def report(self, report: pytorch.Report) -> None:
+    def report(self, report: Report) -> None:
         self.reports.append(report)
 
-    def checkpoint_saved(self, path: pathlib.Path, report: pytorch.Report) -> None:
+    def checkpoint_saved(self, path: pathlib.Path, report: Report) -> None:
         self.saved.append((path, report.batches))
 
 
