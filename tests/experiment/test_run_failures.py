@@ -7,9 +7,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
 import searchlab
+from searchlab.cli import main
 
 pytestmark = pytest.mark.ray
 
@@ -101,3 +103,27 @@ def test_invalid_hyperparameters_are_replaced_in_a_random_search(
     assert invalid["checkpoint"].isna().all()
     assert set(results.metrics["trial_id"]) == set(valid["trial_id"])
     assert results.best_trial()["trial_id"] in set(valid["trial_id"])
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("where", ["init", "train"])
+def test_a_trial_definition_mistake_stops_the_experiment_once_without_retries(
+    where: str, ray_session: Any, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "attempts.log"
+    config = toy_config(
+        f"misuse-{where}",
+        hyperparameters={"misuse_in": where, "fail_log": str(log)},
+        max_restarts=3,  # a transient failure would be retried three times
+    )
+    path = tmp_path / "misuse.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["run", str(path), str(TOY_MODEL_DIR), "--storage-path", str(tmp_path / "runs")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith(
+        "searchlab: error: toy_model_def:ToyModelTrial: hyperparameter 'no_such_hparam' is not "
+        "defined; defined ones are ['fail_log', 'global_batch_size', 'misuse_in']"
+    ), err[0]
+    assert log.read_text().split() == [f"misuse-{where}"]  # tried once, never retried
