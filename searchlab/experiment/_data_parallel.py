@@ -34,7 +34,7 @@ from searchlab.experiment._trial_runner import (
 )
 from searchlab.pytorch import DistributedContext
 from searchlab.pytorch._checkpoint import write_checkpoint_files
-from searchlab.pytorch._state import capture_rng_state, restore_rng_state
+from searchlab.pytorch._state import TrialState, capture_rng_state, restore_rng_state
 
 __all__ = ["DataParallelTrainable", "TrialWorker", "placement_group_factory"]
 
@@ -185,7 +185,7 @@ class TrialWorker:
     def load(self, state: dict[str, Any], checkpoint_uuid: str | None, length_done: int) -> None:
         assert self._runner is not None
         self._runner.load(state, checkpoint_uuid, length_done)
-        per_rank = state.get("rng_state_per_rank")
+        per_rank = state.get(TrialState.key("rng_per_rank"))
         if per_rank and self.rank < len(per_rank):
             restore_rng_state(per_rank[self.rank])
 
@@ -272,7 +272,9 @@ class DataParallelTrainable(tune.Trainable):
             return
         state, metadata = torch.load(io.BytesIO(blob), weights_only=False)
         rng = ray.get([w.rng_state.remote() for w in self._workers])
-        state["rng_state_per_rank"] = [torch.load(io.BytesIO(b), weights_only=False) for b in rng]
+        state[TrialState.key("rng_per_rank")] = [
+            torch.load(io.BytesIO(b), weights_only=False) for b in rng
+        ]
         # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
         metadata[CHECKPOINT_LENGTH_KEY] = ray.get(self._workers[0].length_done.remote())

@@ -37,6 +37,7 @@ from searchlab.pytorch import (
 )
 from searchlab.pytorch._checkpoint import METADATA_FILE, load_checkpoint
 from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
+from searchlab.pytorch._state import TrialState
 from searchlab.pytorch._trainer import seed_everything
 
 __all__ = [
@@ -51,7 +52,7 @@ logger = logging.getLogger("searchlab")
 
 # In a checkpoint's state: results trained ahead (see ``TrialRunner.step``) that Tune had not
 # received when it saved; a resumed trial hands them out first.
-_PENDING_KEY = "searchlab_pending_results"
+_PENDING_KEY = TrialState.key("pending_results")
 # In a state dict from ``load_with_fallback``: why it is an earlier checkpoint's. The trainable
 # hands the state to ``TrialRunner.load``, which reports it with the trial's next result (a
 # warning on a worker would only reach Ray's log files).

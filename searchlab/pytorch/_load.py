@@ -14,7 +14,7 @@ from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._checkpoint import CODE_DIR, load_checkpoint
 from searchlab.pytorch._context import PyTorchTrialContext
 from searchlab.pytorch._distributed import DistributedContext
-from searchlab.pytorch._state import restore_trial_state
+from searchlab.pytorch._state import TrialState, restore_trial_state
 from searchlab.pytorch._trainer import init
 from searchlab.pytorch._trial import PyTorchTrial
 
@@ -130,7 +130,8 @@ def load_trial_from_checkpoint_path(
     ) as context:
         trial = trial_class(context, **(trial_kwargs or {}))  # type: ignore[call-arg]
         callbacks = trial.build_callbacks()
-        restore_trial_state(state, context, dict(callbacks), restore_rng=False)
+        saved = TrialState.from_state_dict(state)
+        restore_trial_state(saved, context, dict(callbacks), restore_rng=False)
     return trial
 
 

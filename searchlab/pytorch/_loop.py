@@ -31,7 +31,7 @@ from searchlab.pytorch._metrics import (
     to_float,
     to_python,
 )
-from searchlab.pytorch._state import capture_trial_state, restore_trial_state
+from searchlab.pytorch._state import TrialState, capture_trial_state, restore_trial_state
 from searchlab.pytorch._trial import PyTorchTrial
 from searchlab.pytorch._units import TrainUnit
 from searchlab.pytorch._validation import Validator
@@ -328,16 +328,17 @@ class TrialLoop:
         ``notify=False`` skips the callbacks' ``on_checkpoint_save_start`` (state kept in
         memory for an idle actor is no checkpoint of the user's).
         """
-        state = capture_trial_state(self.context, self.callbacks)
-        state["batches_trained"] = self.batches_trained
-        state["epochs_trained"] = self.batches_trained // self.epoch_len
-        state["trainer_state"] = {
+        captured = capture_trial_state(self.context, self.callbacks)
+        captured.batches_trained = self.batches_trained
+        captured.epochs_trained = self.batches_trained // self.epoch_len
+        captured.trainer = {
             "window": [{k: report_value(v) for k, v in m.items()} for m in self._window],
             "workload_start": self._workload_start,
             "best": self._best,
             "last_validation_batch": self._last_validation_batch,
             "last_validation": dict(self.last_validation),
         }
+        state = captured.to_state_dict()
         if notify:
             for cb in self.callbacks.values():
                 cb.on_checkpoint_save_start(state)
@@ -372,14 +373,15 @@ class TrialLoop:
         """Continue from a checkpoint's state: weights, optimizers, RNG, position."""
         # Determined's order: on_trial_startup (with the checkpoint), then the load hooks.
         self._checkpoint_uuid = checkpoint_uuid
-        self._startup(int(state.get("batches_trained", 0)))
+        saved = TrialState.from_state_dict(state)
+        self._startup(saved.batches_trained)
         for cb in self.callbacks.values():
             cb.on_checkpoint_load_start(state)
-        restore_trial_state(state, self.context, self.callbacks)
-        self.batches_trained = int(state.get("batches_trained", 0))
+        restore_trial_state(saved, self.context, self.callbacks)
+        self.batches_trained = saved.batches_trained
         self.context._initial_batch = self.batches_trained
         self.context._current_batch = self.batches_trained
-        trainer_state = state.get("trainer_state", {})
+        trainer_state = saved.trainer
         self._window = list(trainer_state.get("window", []))
         # Checkpoints before searchlab kept this: their window's batches had had no
         # workload end yet.

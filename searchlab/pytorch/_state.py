@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -12,7 +13,13 @@ from searchlab.errors import CheckpointError
 from searchlab.pytorch._callback import PyTorchCallback
 from searchlab.pytorch._context import PyTorchTrialContext
 
-__all__ = ["capture_rng_state", "capture_trial_state", "restore_rng_state", "restore_trial_state"]
+__all__ = [
+    "TrialState",
+    "capture_rng_state",
+    "capture_trial_state",
+    "restore_rng_state",
+    "restore_trial_state",
+]
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -82,18 +89,95 @@ def _as_python_random_state(saved: Any) -> tuple[Any, ...]:
     return (version, tuple(internal), gauss)
 
 
+@dataclasses.dataclass
+class TrialState:
+    """What a checkpoint's ``state-dict.pth`` holds (format 2): the one owner of its keys.
+
+    The trial's own parts (models, optimizers, LR schedulers, AMP scalers, callbacks, RNG
+    streams) come from :func:`capture_trial_state`; the loop adds its position and
+    ``trainer`` state. Two fields are declared for the experiment layer: ``rng_per_rank``
+    (a data-parallel trial keeps every rank's RNG streams) and ``pending_results`` (results
+    trained ahead that Tune had not received when it saved). Callbacks see the dict form
+    (``to_state_dict``), as in Determined.
+
+    Example:
+        >>> state = TrialState.from_state_dict(torch.load(path / "state-dict.pth"))
+        >>> state.batches_trained
+        400
+    """
+
+    models: list[Any]
+    optimizers: list[Any] = dataclasses.field(default_factory=list)
+    lr_schedulers: list[Any] = dataclasses.field(default_factory=list)
+    scalers: list[Any] = dataclasses.field(default_factory=list)
+    callbacks: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rng: dict[str, Any] | None = None
+    batches_trained: int = 0
+    epochs_trained: int = 0
+    trainer: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rng_per_rank: list[dict[str, Any]] | None = None
+    pending_results: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keys this version does not know (a callback's additions): kept as they were."""
+
+    _KEYS: ClassVar[dict[str, str]] = {
+        "models": "models_state_dict",
+        "optimizers": "optimizers_state_dict",
+        "lr_schedulers": "lr_schedulers_state_dict",
+        "scalers": "scaler_state_dict",
+        "callbacks": "callbacks",
+        "rng": "rng_state",
+        "batches_trained": "batches_trained",
+        "epochs_trained": "epochs_trained",
+        "trainer": "trainer_state",
+        "rng_per_rank": "rng_state_per_rank",
+        "pending_results": "searchlab_pending_results",
+    }
+
+    @classmethod
+    def key(cls, field: str) -> str:
+        """The key under which ``field`` is saved in ``state-dict.pth``."""
+        return cls._KEYS[field]
+
+    def to_state_dict(self) -> dict[str, Any]:
+        """The dict saved as ``state-dict.pth`` (fields that are None are left out)."""
+        state = dict(self.extra)
+        state.update(
+            (key, getattr(self, name))
+            for name, key in self._KEYS.items()
+            if getattr(self, name) is not None
+        )
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> TrialState:
+        """A saved state (Determined's, once upgraded by ``load_checkpoint``, too)."""
+        values: dict[str, Any] = {
+            name: state[key] for name, key in cls._KEYS.items() if key in state
+        }
+        known = set(cls._KEYS.values())
+        if "scalers" not in values and "scalers_state_dict" in state:
+            values["scalers"] = state["scalers_state_dict"]
+            known.add("scalers_state_dict")
+        values["extra"] = {k: v for k, v in state.items() if k not in known}
+        values.setdefault("models", [])
+        for name in ("batches_trained", "epochs_trained"):
+            values[name] = int(values.get(name) or 0)
+        return cls(**values)
+
+
 def capture_trial_state(
     context: PyTorchTrialContext, callbacks: dict[str, PyTorchCallback]
-) -> dict[str, Any]:
+) -> TrialState:
     """The model, optimizer, scheduler, scaler, callback and RNG state of a trial."""
-    return {
-        "models_state_dict": [_unwrap(m).state_dict() for m in context.models],
-        "optimizers_state_dict": [o.state_dict() for o in context.optimizers],
-        "lr_schedulers_state_dict": [s.state_dict() for s in context.lr_schedulers],
-        "scaler_state_dict": context._amp.state_dict(),
-        "callbacks": {name: cb.state_dict() for name, cb in callbacks.items()},
-        "rng_state": capture_rng_state(),
-    }
+    return TrialState(
+        models=[_unwrap(m).state_dict() for m in context.models],
+        optimizers=[o.state_dict() for o in context.optimizers],
+        lr_schedulers=[s.state_dict() for s in context.lr_schedulers],
+        scalers=context._amp.state_dict(),
+        callbacks={name: cb.state_dict() for name, cb in callbacks.items()},
+        rng=capture_rng_state(),
+    )
 
 
 def _load_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
@@ -107,30 +191,27 @@ def _load_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
 
 
 def restore_trial_state(
-    state: dict[str, Any],
+    state: TrialState,
     context: PyTorchTrialContext,
     callbacks: dict[str, PyTorchCallback],
     *,
     restore_rng: bool = True,
 ) -> None:
     """Load what :func:`capture_trial_state` saved (or Determined's equivalent) into a trial."""
-    models = state.get("models_state_dict", [])
-    if len(models) != len(context.models):
+    if len(state.models) != len(context.models):
         raise CheckpointError(
-            f"the checkpoint holds {len(models)} model(s) but the trial wrapped "
+            f"the checkpoint holds {len(state.models)} model(s) but the trial wrapped "
             f"{len(context.models)}; it was written by a different trial class"
         )
-    for model, sd in zip(context.models, models):
+    for model, sd in zip(context.models, state.models):
         _load_model_state(_unwrap(model), sd)
-    for opt, sd in zip(context.optimizers, state.get("optimizers_state_dict", [])):
+    for opt, sd in zip(context.optimizers, state.optimizers):
         opt.load_state_dict(sd)
-    for sched, sd in zip(context.lr_schedulers, state.get("lr_schedulers_state_dict", [])):
+    for sched, sd in zip(context.lr_schedulers, state.lr_schedulers):
         sched.load_state_dict(sd)
-    scalers = state.get("scaler_state_dict", state.get("scalers_state_dict", []))
-    context._amp.load_state_dict(list(scalers))
-    saved_callbacks = state.get("callbacks", {})
+    context._amp.load_state_dict(list(state.scalers))
     for name, cb in callbacks.items():
-        if name in saved_callbacks:
-            cb.load_state_dict(saved_callbacks[name])
-    if restore_rng and "rng_state" in state:
-        restore_rng_state(state["rng_state"])
+        if name in state.callbacks:
+            cb.load_state_dict(state.callbacks[name])
+    if restore_rng and state.rng is not None:
+        restore_rng_state(state.rng)

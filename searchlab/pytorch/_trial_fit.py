@@ -35,7 +35,7 @@ from searchlab.pytorch._context import PyTorchTrialContext
 from searchlab.pytorch._distributed import DistributedContext
 from searchlab.pytorch._errors import TrialValueError
 from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
-from searchlab.pytorch._state import capture_rng_state, restore_rng_state
+from searchlab.pytorch._state import TrialState, capture_rng_state, restore_rng_state
 from searchlab.pytorch._units import TrainUnit
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ class _TrialFit:
         trusted = trusted or any(path == p or path.startswith(f"{p}/") for p in own if p)
         state, _ = load_checkpoint(path, trusted=trusted)
         self.loop.load_state_dict(state, checkpoint_uuid=pathlib.Path(path).name)
-        per_rank = state.get("rng_state_per_rank")
+        per_rank = TrialState.from_state_dict(state).rng_per_rank
         if per_rank and self.dist.rank < len(per_rank):
             restore_rng_state(per_rank[self.dist.rank])
         self.latest = path
@@ -292,7 +292,7 @@ class _TrialFit:
         if self.dist.rank == 0:
             state = loop.state_dict()
             if rng is not None:
-                state["rng_state_per_rank"] = rng
+                state[TrialState.key("rng_per_rank")] = rng
             metadata = {**loop.metadata(), "steps_completed": loop.batches_trained}
             written = save_checkpoint_dir(
                 self.spec.checkpoint_dir, str(uuid.uuid4()), state, metadata

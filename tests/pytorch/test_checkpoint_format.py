@@ -156,3 +156,21 @@ def test_load_trial_with_explicit_class_and_hparams() -> None:
         DATA / "v2", trial_class=ToyTrial, hparams={**HPARAMS, "lr": 0.5}
     )
     assert isinstance(trial, ToyTrial) and trial.context.get_hparam("lr") == 0.5
+
+
+def test_trial_state_owns_every_key_a_checkpoint_holds(tmp_path) -> None:
+    """Every key the trainer writes is a declared TrialState field; others survive a round trip."""
+    from searchlab.pytorch._state import TrialState
+
+    run = train(tmp_path, {"global_batch_size": 4}, max_length=Batch(6))
+    state = torch.load(
+        pathlib.Path(run.path) / "state-dict.pth", map_location="cpu", weights_only=True
+    )
+    saved = TrialState.from_state_dict(state)
+    assert saved.extra == {}, f"keys written outside TrialState: {sorted(saved.extra)}"
+    assert (saved.batches_trained, saved.epochs_trained) == (6, 1)
+    assert set(saved.to_state_dict()) == set(state)
+    # A callback's own key (Determined lets on_checkpoint_save_start add some) is kept.
+    state["my_callback_key"] = {"seen": 3}
+    assert TrialState.from_state_dict(state).to_state_dict()["my_callback_key"] == {"seen": 3}
+    assert TrialState.key("rng_per_rank") == "rng_state_per_rank"
