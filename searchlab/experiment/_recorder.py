@@ -241,18 +241,26 @@ class TrialRecorder(Callback):
     # -- bookkeeping ----------------------------------------------------------------------
     def _settle_restored(self, trials: list[Trial]) -> None:
         """The first step of a resumed run: take Tune's view of each trial's latest checkpoint,
-        and forget records of trials the dead driver created after the saved state (its
-        search driver creates them anew)."""
+        and forget records of trials the dead driver created after the saved state, finished
+        or not: the restored search driver creates them anew (with the same hyperparameters
+        under a new id), so keeping them would count their work twice."""
         self._restored = False
         known = {t.trial_id for t in trials}
         for trial in trials:
             checkpoint = trial.checkpoint
             path = getattr(checkpoint, "path", None)
             self._latest[trial.trial_id] = relative_to(self._dir, path) if path else None
-        for trial_id, rec in list(self.records.items()):
-            if trial_id not in known and rec["state"] not in FINISHED:
-                del self.records[trial_id]
-                self._dirty = True
+        forgotten = [t for t in self.records if t not in known]
+        for trial_id in forgotten:
+            del self.records[trial_id]
+            self._status.pop(trial_id, None)
+        if forgotten:
+            self._dirty = True
+            self._echo(
+                f"searchlab: {len(forgotten)} trial(s) ran after the stopped driver's last saved "
+                f"state ({', '.join(sorted(forgotten)[:4])}{', ...' if len(forgotten) > 4 else ''}"
+                "); the search runs them again, and their directories are left as they were"
+            )
 
     def _record(self, trial: Trial) -> dict[str, Any]:
         rec = self.records.get(trial.trial_id)
