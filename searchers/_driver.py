@@ -223,11 +223,16 @@ class SearchDriver:
             if status in (None, RunnerStatus.ENDED):
                 self._queue.remove(trial_id)
                 self._trials[trial_id].phase = Phase.EXITED
-            elif status is RunnerStatus.PAUSED:
-                return Choice(run=trial_id, stop=stop)
-            else:  # the runner has started it
+            elif status is RunnerStatus.PAUSED:  # handed to the runner, which resumes it
                 self._queue.remove(trial_id)
                 self._trials[trial_id].phase = Phase.RUNNING
+                return Choice(run=trial_id, stop=stop)
+            elif status is RunnerStatus.PENDING:  # the runner starts it by itself
+                self._queue.remove(trial_id)
+                self._trials[trial_id].phase = Phase.RUNNING
+            # RUNNING: promoted while its pause (a checkpoint) is still being written. It
+            # stays queued and is resumed once paused; taking it for running would leave it
+            # paused for good.
         for trial_id, status in runner.items():
             if status is RunnerStatus.PENDING:
                 return Choice(run=trial_id, stop=stop)

@@ -284,6 +284,21 @@ def test_promoted_trials_resume_before_new_ones_start() -> None:
     assert driver.suggest("c") not in (None, FINISHED)
 
 
+def test_a_trial_promoted_while_its_pause_is_written_is_resumed_once_paused() -> None:
+    """Ray Tune keeps a pausing trial RUNNING until its checkpoint is saved: a promotion
+    that comes in between must wait for the pause, not take the trial for resumed."""
+    driver = SearchDriver(_adaptive(max_trials=2))  # one bracket, rung ends 8 and 16
+    driver.suggest("a"), driver.suggest("b")
+    assert driver.on_result("a", 8, 0.1) is Action.PAUSE
+    driver.on_result("b", 8, 0.9)  # 'a' is promoted while the runner still writes its pause
+    assert driver.choose({"a": RunnerStatus.RUNNING, "b": RunnerStatus.RUNNING}).run is None
+    assert driver._trials["a"].phase is Phase.QUEUED
+    resumed = driver.choose({"a": RunnerStatus.PAUSED, "b": RunnerStatus.PAUSED})
+    assert resumed.run == "a"
+    assert driver._trials["a"].phase is Phase.RUNNING
+    assert driver.on_result("a", 16, 0.05) is Action.STOP
+
+
 def test_grid_search_through_the_driver_stops_at_the_full_length_and_after_replays() -> None:
     space = HyperparameterSpace({"lr": {"type": "categorical", "vals": [0.1, 0.2]}}, grid=True)
     driver = SearchDriver(GridSearch(space, 10, seed=0))
