@@ -60,6 +60,9 @@ _STATES = {
 }
 
 
+_MAX_WRITE_INTERVAL_S = 10.0
+
+
 class TrialRecorder(Callback):
     """Keeps one record per trial and tells the user what happens, one line per event."""
 
@@ -86,6 +89,7 @@ class TrialRecorder(Callback):
         self.records: dict[str, dict[str, Any]] = {}
         self._status: dict[str, str] = {}
         self._dirty = False
+        self._next_write = 0.0  # monotonic time before which a step does not rewrite the file
         self.fatal: TrialReport | None = None  # a user error every trial would hit
         self.write_error: str | None = None
         storage = spec.exp_conf.get("checkpoint_storage") or {}
@@ -113,7 +117,14 @@ class TrialRecorder(Callback):
         return _NullCallback, ()
 
     def get_state(self) -> dict | None:
-        """Tune calls this right after it saved the experiment state: snapshot it now."""
+        """Tune calls this right after it saved the experiment state: snapshot it now.
+
+        ``trials.json`` is written first, so it is never older than the snapshot: a
+        checkpoint let go before this snapshot (deleted once it is on disk) is already out of
+        the records on disk.
+        """
+        if self._dirty:
+            self.write()
         if self._snapshots is not None:
             self._snapshots.write()
             if self._snapshots.error is not None:
@@ -192,7 +203,7 @@ class TrialRecorder(Callback):
         metric = rec["last_metric"] if rec.get("_validated_at") == batches else None
         saved = [c for c in rec["saved_checkpoints"] if c["path"] != path]  # a replay's again
         rec["saved_checkpoints"] = [*saved, {"path": path, "batches": batches, "metric": metric}]
-        self._apply_retention()
+        self._apply_retention(trial.trial_id)
         self._dirty = True
         failpoint("checkpoint-registered")
 
@@ -217,7 +228,7 @@ class TrialRecorder(Callback):
             self._settle_restored(trials)
         for trial in trials:
             self._track_status(trial)
-        if self._dirty:
+        if self._dirty and time.monotonic() >= self._next_write:
             self.write()
         if self._snapshots is not None and self.write_error is None:
             self._delete_let_go()
@@ -268,11 +279,21 @@ class TrialRecorder(Callback):
             rec = self.records[trial.trial_id] = new_record(trial.trial_id, trial.config)
         return rec
 
-    def _apply_retention(self) -> None:
-        """Let go of the checkpoints ``checkpoint_storage`` does not keep (deleted later)."""
+    def _apply_retention(self, trial_id: str) -> None:
+        """Let go of the checkpoints ``checkpoint_storage`` does not keep (deleted later).
+
+        Called when ``trial_id`` saved a checkpoint or finished. Without
+        ``save_experiment_best`` every rule is per trial, so only its checkpoints are looked
+        at (a search of many trials does not rescan all of them at each checkpoint).
+        """
+        records = (
+            list(self.records.values())
+            if self._retention.save_experiment_best
+            else [self.records[trial_id]]
+        )
         saved = [
             SavedCheckpoint(rec["trial_id"], c["path"], i, c["metric"], rec["state"] in FINISHED)
-            for rec in self.records.values()
+            for rec in records
             for i, c in enumerate(rec["saved_checkpoints"])
         ]
         doomed = checkpoints_to_delete(saved, self._retention)
@@ -282,7 +303,7 @@ class TrialRecorder(Callback):
         gone = {c.path for c in doomed}
         for ckpt in doomed:
             self._deletions.let_go(ckpt.path, ckpt.trial_id, generation)
-        for rec in self.records.values():
+        for rec in records:
             rec["saved_checkpoints"] = [
                 c for c in rec["saved_checkpoints"] if c["path"] not in gone
             ]
@@ -316,7 +337,7 @@ class TrialRecorder(Callback):
         rec["state"] = state
         self._dirty = True
         if state in FINISHED:
-            self._apply_retention()
+            self._apply_retention(trial.trial_id)
         if state == "PAUSED":
             rec["_paused"] = True
         self._announce(trial, rec, state, previous)
@@ -352,9 +373,16 @@ class TrialRecorder(Callback):
         self._echo(format_progress(list(self.records.values()), self._spec, rungs))
 
     def write(self) -> None:
-        """Rewrite ``trials.json``; a failure (a full disk) pauses the run resumably."""
+        """Rewrite ``trials.json``; a failure (a full disk) pauses the run resumably.
+
+        The file holds every trial, so a step rewrites it only when the last write's cost
+        has been paid back twenty times (at most 5% of the driver's time, however many
+        trials there are); Tune's saves (``get_state``) and the experiment's end always
+        write it.
+        """
         if self.write_error is not None:
             return
+        began = time.monotonic()
         self._dirty = False
         data = {
             "format_version": 2,
@@ -367,6 +395,8 @@ class TrialRecorder(Callback):
             atomic_write(path, json.dumps(data, indent=1, default=str))
         except OSError as exc:
             self.write_failed(exc, path)
+        now = time.monotonic()
+        self._next_write = now + min(20 * (now - began), _MAX_WRITE_INTERVAL_S)
 
     def write_failed(self, exc: OSError, path: pathlib.Path) -> None:
         if self.write_error is not None:

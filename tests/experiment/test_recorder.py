@@ -1,0 +1,124 @@
+"""TrialRecorder without Ray running: trials.json's write cadence and per-trial retention.
+
+Tune's ``Trial`` objects are stood in for by namespaces with the attributes the recorder reads.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import types
+from typing import Any
+
+import pytest
+
+from searchlab.experiment import _recorder
+from searchlab.experiment._protocol import TrialConfig
+from searchlab.experiment._recorder import TrialRecorder
+from searchlab.experiment._spec import ExperimentSpec
+
+SPEC = ExperimentSpec(
+    name="recorder",
+    exp_conf={},
+    entrypoint="model_def:Trial",
+    model_dir=".",
+    module_file="model_def.py",
+    metric="validation_loss",
+    smaller_is_better=True,
+    length_unit="batches",
+    max_length=8,
+    scheduling_unit=1,
+    validation_period=None,
+    checkpoint_period=None,
+    checkpoint_policy="best",
+    perform_initial_validation=False,
+    aggregation_frequency=1,
+    environment_variables={},
+)
+
+
+def _trial(trial_id: str, lr: float) -> Any:
+    config = TrialConfig({"lr": lr}, rung_ends=[4, 8], bracket=0, trial_seed=1).to_tune()
+    return types.SimpleNamespace(
+        trial_id=trial_id, status="RUNNING", config=config, checkpoint=None, error_file=None
+    )
+
+
+def _recorder_in(tmp_path: pathlib.Path) -> TrialRecorder:
+    control = types.SimpleNamespace(
+        restore_failed=False, interrupted=False, disk_full=set(), fatal=False
+    )
+    return TrialRecorder(SPEC, tmp_path, echo=lambda line: None, control=control)
+
+
+def _on_disk(tmp_path: pathlib.Path) -> dict[str, dict[str, Any]]:
+    data = json.loads((tmp_path / "trials.json").read_text())
+    return {rec["trial_id"]: rec for rec in data["trials"]}
+
+
+def _validation(batches: int, value: float) -> dict[str, Any]:
+    return {"group": "validation", "batches": batches, "validation_loss": value}
+
+
+def test_a_slow_trials_json_is_rewritten_less_often_but_never_lags_behind_tunes_save(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(_recorder.time, "monotonic", lambda: clock[0])
+    real_write = _recorder.atomic_write
+
+    def slow_write(path: pathlib.Path, text: str) -> None:
+        real_write(path, text)
+        clock[0] += 1.0  # a write of every trial's record takes a second (a slow disk)
+
+    monkeypatch.setattr(_recorder, "atomic_write", slow_write)
+    recorder = _recorder_in(tmp_path)
+    a = _trial("a", 0.1)
+    recorder.on_trial_result(0, [a], a, _validation(4, 0.5))
+    recorder.on_step_end(0, [a])
+    assert _on_disk(tmp_path)["a"]["best_metric"] == 0.5
+
+    # Within 20 write-costs of the last write, a step leaves the file as it is ...
+    recorder.on_trial_result(1, [a], a, _validation(8, 0.25))
+    clock[0] += 5.0
+    recorder.on_step_end(1, [a])
+    assert _on_disk(tmp_path)["a"]["best_metric"] == 0.5
+    # ... but Tune's save (and the snapshot written with it) always finds it current.
+    recorder.get_state()
+    assert _on_disk(tmp_path)["a"]["best_metric"] == 0.25
+    assert _on_disk(tmp_path)["a"]["batches"] == 8
+
+    b = _trial("b", 0.2)
+    recorder.on_trial_result(2, [a, b], b, _validation(4, 0.75))
+    clock[0] += 20.0  # paid back: the next step writes again
+    recorder.on_step_end(2, [a, b])
+    assert set(_on_disk(tmp_path)) == {"a", "b"}
+
+
+def _checkpoint(tmp_path: pathlib.Path, trial_id: str, index: int, batches: int) -> Any:
+    path = tmp_path / trial_id / f"checkpoint_{index:06d}"
+    path.mkdir(parents=True)
+    (path / "state-dict.pth").write_bytes(b"state")
+    (path / "metadata.json").write_text(json.dumps({"batches_trained": batches}))
+    return types.SimpleNamespace(path=str(path))
+
+
+def test_a_new_checkpoint_lets_go_of_its_own_trials_older_one_only(
+    tmp_path: pathlib.Path,
+) -> None:
+    recorder = _recorder_in(tmp_path)  # keeps each trial's latest and best checkpoint
+    a, b = _trial("a", 0.1), _trial("b", 0.2)
+    for trial, values in ((a, (0.5, 0.7, 0.6)), (b, (0.9,))):
+        for i, value in enumerate(values):
+            batches = 4 * (i + 1)
+            recorder.on_trial_result(i, [a, b], trial, _validation(batches, value))
+            ckpt = _checkpoint(tmp_path, trial.trial_id, i, batches)
+            recorder.on_checkpoint(i, [a, b], trial, ckpt)
+    # a's second checkpoint is neither its best (the first) nor its latest (the third).
+    assert recorder._deletions.queued == ["a/checkpoint_000001"]
+    kept = [c["path"] for c in recorder.records["a"]["saved_checkpoints"]]
+    assert kept == ["a/checkpoint_000000", "a/checkpoint_000002"]
+    assert recorder.records["a"]["checkpoint"] == "a/checkpoint_000000"
+    assert [c["path"] for c in recorder.records["b"]["saved_checkpoints"]] == [
+        "b/checkpoint_000000"
+    ]
