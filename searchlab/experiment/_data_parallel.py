@@ -26,12 +26,12 @@ from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trainable import existing_checkpoint
-from searchlab.experiment._trial_runner import (
-    TrialRunner,
+from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     load_with_fallback,
     shipped_model_dir,
 )
+from searchlab.experiment._trial_runner import TrialRunner
 from searchlab.pytorch import DistributedContext
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 from searchlab.pytorch._state import TrialState, capture_rng_state, restore_rng_state

@@ -39,7 +39,7 @@ from searchlab.experiment._protocol import (
 )
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trainable import existing_checkpoint
-from searchlab.experiment._trial_runner import checkpoint_rung_length
+from searchlab.experiment._trial_files import checkpoint_rung_length
 from searchlab.launch._script_checkpoint import (
     RUNS_KEY,
     SAVE_KEY,

@@ -20,13 +20,13 @@ from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_pat
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trial_runner import (
-    TrialRunner,
+from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     earlier_checkpoints,
     load_with_fallback,
     shipped_model_dir,
 )
+from searchlab.experiment._trial_runner import TrialRunner
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
 __all__ = ["SearchlabTrainable", "checkpoint_rung_length", "existing_checkpoint"]

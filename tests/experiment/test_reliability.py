@@ -28,7 +28,8 @@ from searchlab.config import load_experiment_config
 from searchlab.errors import CheckpointError, TrialDefinitionError
 from searchlab.experiment._protocol import Outcome, TrialConfig, TrialReport
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trial_runner import TrialRunner, load_with_fallback
+from searchlab.experiment._trial_files import load_with_fallback
+from searchlab.experiment._trial_runner import TrialRunner
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
 # Where each injected failure shows in the stored traceback: the user's function that raised.
