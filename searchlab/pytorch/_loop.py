@@ -373,10 +373,10 @@ class TrialLoop:
         """Continue from a checkpoint's state: weights, optimizers, RNG, position."""
         # Determined's order: on_trial_startup (with the checkpoint), then the load hooks.
         self._checkpoint_uuid = checkpoint_uuid
-        saved = TrialState.from_state_dict(state)
-        self._startup(saved.batches_trained)
+        self._startup(TrialState.from_state_dict(state).batches_trained)
         for cb in self.callbacks.values():
             cb.on_checkpoint_load_start(state)
+        saved = TrialState.from_state_dict(state)  # as the callbacks left it (Determined's)
         restore_trial_state(saved, self.context, self.callbacks)
         self.batches_trained = saved.batches_trained
         self.context._initial_batch = self.batches_trained

@@ -284,3 +284,32 @@ def test_on_training_epoch_start_without_epoch_idx_still_runs(tmp_path, caplog) 
     assert "LegacyEpochStart.on_training_epoch_start() without the epoch_idx parameter" in (
         caplog.text
     )
+
+
+class ZeroingCallback(PyTorchCallback):
+    """Replaces the saved weights before they load (Determined lets a load hook edit them)."""
+
+    def on_checkpoint_load_start(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["models_state_dict"] = [
+            {k: torch.zeros_like(v) for k, v in m.items()} for m in checkpoint["models_state_dict"]
+        ]
+
+
+class ZeroedOnLoadTrial(LinearTrial):
+    def build_callbacks(self) -> dict[str, PyTorchCallback]:
+        return {"zeroing": ZeroingCallback()}
+
+
+def test_a_load_hook_may_replace_what_the_checkpoint_restores(tmp_path) -> None:
+    first = _fit(tmp_path / "first", 2)
+    resumed = train(
+        tmp_path / "second",
+        HP,
+        trial_cls=ZeroedOnLoadTrial,
+        exp_conf=CONF,
+        max_length=Batch(2),
+        checkpoint_policy="none",
+        latest_checkpoint=first.path,
+    )
+    weights = [p.detach() for p in resumed.trial.model.parameters()]
+    assert weights and all(torch.count_nonzero(w) == 0 for w in weights)
