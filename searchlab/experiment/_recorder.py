@@ -125,6 +125,8 @@ class TrialRecorder(Callback):
         """
         if self._dirty:
             self.write()
+        if self.write_error is not None:
+            return None  # no snapshot newer than the trials.json that could not be written
         if self._snapshots is not None:
             self._snapshots.write()
             if self._snapshots.error is not None:
@@ -194,7 +196,13 @@ class TrialRecorder(Callback):
         path = relative_to(self._dir, str(getattr(checkpoint, "path", checkpoint)))
         if path is None or not holds_state(self._dir / path):
             return  # a trial that never built (InvalidHP, broken trial) saves an empty directory
+        previous = self._latest.get(trial.trial_id)
         self._latest[trial.trial_id] = path
+        if previous is not None and previous != path:
+            # No longer what Tune would restore, but the snapshot on disk may still name it:
+            # a let-go copy of it waits for a snapshot written from now on.
+            generation = self._snapshots.generation if self._snapshots is not None else 0
+            self._deletions.renew(previous, generation)
         self._deletions.keep(path)
         rec["latest_checkpoint"] = path
         if rec.pop("_best_pending", False) or rec["checkpoint"] is None:
@@ -221,6 +229,7 @@ class TrialRecorder(Callback):
     ) -> None:
         rec = self._record(trial)
         rec["restarts"] += 1
+        self._dirty = True
         self._say(trial, f"failed; retry {rec['restarts']} from its latest checkpoint")
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
@@ -267,10 +276,11 @@ class TrialRecorder(Callback):
             self._status.pop(trial_id, None)
         if forgotten:
             self._dirty = True
+            self._next_write = 0.0  # at once: until then trials.json counts them twice
             self._echo(
                 f"searchlab: {len(forgotten)} trial(s) ran after the stopped driver's last saved "
                 f"state ({', '.join(sorted(forgotten)[:4])}{', ...' if len(forgotten) > 4 else ''}"
-                "); the search runs them again, and their directories are left as they were"
+                "); the search runs them again under new ids"
             )
 
     def _record(self, trial: Trial) -> dict[str, Any]:

@@ -112,6 +112,12 @@ class DeferredDeletions:
     def let_go(self, path: str, trial_id: str, generation: int) -> None:
         self._queued.setdefault(path, (trial_id, generation))
 
+    def renew(self, path: str, generation: int) -> None:
+        """A queued checkpoint stopped being its trial's latest at ``generation``: a snapshot
+        written before then may still name it, so it waits for a newer one."""
+        if path in self._queued:
+            self._queued[path] = (self._queued[path][0], generation)
+
     def keep(self, path: str) -> None:
         """A queued checkpoint is needed again (a trial re-registered it): keep it."""
         self._queued.pop(path, None)

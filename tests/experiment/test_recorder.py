@@ -5,6 +5,7 @@ Tune's ``Trial`` objects are stood in for by namespaces with the attributes the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import types
@@ -122,3 +123,34 @@ def test_a_new_checkpoint_lets_go_of_its_own_trials_older_one_only(
     assert [c["path"] for c in recorder.records["b"]["saved_checkpoints"]] == [
         "b/checkpoint_000000"
     ]
+
+
+def test_a_checkpoint_let_go_stays_until_a_snapshot_no_longer_names_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A resumed trial restores from c0, which the dead driver had let go; once c1 replaces it,
+    c0 is deleted only after a snapshot written since then (the one on disk names c0)."""
+    spec = dataclasses.replace(
+        SPEC, exp_conf={"checkpoint_storage": {"save_trial_latest": 1, "save_trial_best": 0}}
+    )
+    snapshots = types.SimpleNamespace(generation=3, error=None, write=lambda: None)
+    control = types.SimpleNamespace(
+        restore_failed=False, interrupted=False, disk_full=set(), fatal=False
+    )
+    recorder = TrialRecorder(
+        spec, tmp_path, echo=lambda line: None, control=control, snapshots=snapshots
+    )
+    a = _trial("a", 0.1)
+    c0 = _checkpoint(tmp_path, "a", 0, 4)
+    recorder.on_checkpoint(0, [a], a, c0)
+    recorder._deletions.let_go("a/checkpoint_000000", "a", generation=0)  # from trials.json
+    recorder.on_step_end(0, [a])
+    assert pathlib.Path(c0.path).is_dir()  # Tune's latest for the trial: kept
+
+    recorder.on_checkpoint(1, [a], a, _checkpoint(tmp_path, "a", 1, 8))
+    recorder.on_step_end(1, [a])
+    assert pathlib.Path(c0.path).is_dir()  # snapshot 3, on disk, still names it
+    snapshots.generation = 4  # Tune saved again: the snapshot names checkpoint_000001
+    recorder.on_step_end(2, [a])
+    assert not pathlib.Path(c0.path).exists()
+    assert recorder._deletions.queued == []
