@@ -91,6 +91,9 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
             "order": [r.metrics["batch_order"] for r in trainer.reports if r.group == "training"],
         }
     torch.save(result, out / f"result{rank}.pt")
+    # Rank 0 serves the rendezvous store: no rank may tear down while the other still uses it
+    # (on a loaded machine rank 1 aborted in its teardown when rank 0 had already exited).
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
