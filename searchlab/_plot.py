@@ -157,17 +157,7 @@ def _mark_visits(history: SearchHistory, by_batches: Axes, by_time: Axes) -> Non
         if rows.empty or (kind == VisitKind.FINISHED and not history.has_rungs):
             continue
         for ax, x in ((by_batches, "batches"), (by_time, "elapsed_s")):
-            ax.scatter(
-                rows[x],
-                rows["value"],
-                marker=marker,
-                s=70 if marker == "*" else 38,
-                facecolors=face,
-                edgecolors="black",
-                linewidths=0.7,
-                label=label,
-                zorder=4,
-            )
+            _scatter_visits(ax, rows[x], rows["value"], marker, face, label, zorder=4)
 
 
 def _best_so_far(plt: Any, history: SearchHistory, title: str) -> Figure:
@@ -228,17 +218,7 @@ def _rung_ladder(plt: Any, history: SearchHistory, title: str) -> Figure:
         for kind, (marker, face, label) in _VISIT_STYLE.items():
             rows = visits[visits["kind"] == kind]
             if not rows.empty:
-                ax.scatter(
-                    rows["rung"],
-                    rows["value"],
-                    marker=marker,
-                    s=70 if marker == "*" else 38,
-                    facecolors=face,
-                    edgecolors="black",
-                    linewidths=0.7,
-                    label=label,
-                    zorder=3,
-                )
+                _scatter_visits(ax, rows["rung"], rows["value"], marker, face, label, zorder=3)
         for rung in range(len(ends)):
             at_rung = visits[visits["rung"] == rung]
             promoted = int((at_rung["kind"] == VisitKind.PROMOTED).sum())
@@ -275,3 +255,20 @@ def _legend(ax: Axes, where: Any) -> None:
 
 def _empty(ax: Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def _scatter_visits(
+    ax: Any, x: Any, y: Any, marker: str, face: str, label: str, *, zorder: int
+) -> None:
+    """One kind of rung visit (promoted, waiting, stopped, finished) in its marker style."""
+    ax.scatter(
+        x,
+        y,
+        marker=marker,
+        s=70 if marker == "*" else 38,
+        facecolors=face,
+        edgecolors="black",
+        linewidths=0.7,
+        label=label,
+        zorder=zorder,
+    )
