@@ -130,6 +130,7 @@ class TrialWorker:
             logdir=logdir,
             model_dir=shipped_model_dir(spec),
             distributed=dist,
+            worker_process=True,
         )
 
     def step(self) -> dict[str, Any]:

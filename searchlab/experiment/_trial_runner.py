@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from searchlab.errors import InvalidHP, SearchlabError
+from searchlab.experiment._idle import freeze_imported_objects
 from searchlab.experiment._protocol import (
     Outcome,
     TrialConfig,
@@ -47,7 +48,11 @@ _PENDING_KEY = TrialState.key("pending_results")
 
 
 class TrialRunner:
-    """Builds the user's trial for one Tune config and turns its reports into Tune results."""
+    """Builds the user's trial for one Tune config and turns its reports into Tune results.
+
+    ``worker_process``: the runner lives in a Ray worker of its own (a trainable's actor, a
+    data-parallel rank), whose imported objects may leave the garbage collector's scans.
+    """
 
     def __init__(
         self,
@@ -58,8 +63,10 @@ class TrialRunner:
         logdir: str | None,
         model_dir: str,
         distributed: DistributedContext | None = None,
+        worker_process: bool = False,
     ) -> None:
         self._spec = spec
+        self._worker_process = worker_process
         os.environ.update(spec.environment_variables)
         plan = TrialConfig.from_tune(config)
         self._rung_ends: list[int] = list(plan.rung_ends)
@@ -103,6 +110,8 @@ class TrialRunner:
     ) -> TrialLoop:
         spec = self._spec
         trial_class = load_trial_class(spec.entrypoint, model_dir)
+        if self._worker_process:
+            freeze_imported_objects()  # a process of its own: its imports stay for good
         seed = plan.trial_seed
         dist = distributed or DistributedContext()
         seed_everything(seed + dist.rank)  # own RNG streams per worker; data order uses `seed`
