@@ -13,6 +13,7 @@ import pathlib
 import time
 from typing import Any
 
+import ray
 from ray import tune
 
 from searchlab._failpoints import failpoint
@@ -27,6 +28,7 @@ from searchlab.experiment._trial_files import (
     shipped_model_dir,
 )
 from searchlab.experiment._trial_runner import TrialRunner
+from searchlab.experiment._warmup import start_accelerator_warmup
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
 __all__ = ["SearchlabTrainable", "checkpoint_rung_length", "existing_checkpoint"]
@@ -51,6 +53,7 @@ class SearchlabTrainable(tune.Trainable):
     """Runs the experiment's trial class for one set of hyperparameters."""
 
     def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
+        start_accelerator_warmup([str(g) for g in ray.get_gpu_ids()])
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
@@ -64,6 +67,7 @@ class SearchlabTrainable(tune.Trainable):
             trial_id=self.trial_id,
             logdir=self.logdir,
             model_dir=shipped_model_dir(self._spec),
+            worker_process=True,
         )
         self._runner.timing["build_s"] = time.perf_counter() - began
 
