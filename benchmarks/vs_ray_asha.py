@@ -89,7 +89,7 @@ class RayAshaTrainable(tune.Trainable):
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.step_ = TrainStep(config, device, seed=0)
-        self.window = Window(device)
+        self.window = Window(device, self.step_)
         self.every = int(config["report_every"])
         self.batches = 0
         self.timings: dict[str, float] = {}
@@ -261,9 +261,7 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     training = reports[reports["group"] == "training"]
     windows = [
         {**row, "trial_id": row["trial_id"], "n": work["report_every"]}
-        for row in training[["trial_id", "w_start", "w_end", "gap_s", "batches", "gpu"]].to_dict(
-            "records"
-        )
+        for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
     timing = _searchlab_checkpoint_times(results)
     return {"wall_s": wall, "began": began, "windows": windows, **timing}
@@ -295,13 +293,24 @@ def _searchlab_checkpoint_times(results: Any) -> dict[str, Any]:
     return {key: statistics.median(values) for key, values in found.items()}
 
 
+# What each window row keeps: its times, position, GPU, and when its process started and its
+# step was built (the first window's split the time to the first batch).
+WINDOW_KEYS = (
+    "w_start",
+    "w_end",
+    "gap_s",
+    "batches",
+    "gpu",
+    "proc_start",
+    "build_began",
+    "built_at",
+)
+
+
 def _window(trial_id: str, row: dict[str, Any], every: int) -> dict[str, Any]:
     return {
         "trial_id": trial_id,
-        "w_start": row["w_start"],
-        "w_end": row["w_end"],
-        "gap_s": row["gap_s"],
-        "batches": row["batches"],
+        **{key: row.get(key, math.nan) for key in WINDOW_KEYS},
         "gpu": row.get("gpu", -1.0),
         "n": every,
         "checkpoint_write_s": row.get("checkpoint_write_s"),
@@ -332,6 +341,16 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
         "batches": trained,
         "efficiency": trained / (rate * run["wall_s"] * gpus),
         "first_batch_s": windows[0]["w_start"] - run["began"] if windows else math.nan,
+        # The first batch's way: the call -> its process started -> its step began and was
+        # built (imports, CUDA, model) -> the first batch.
+        **{
+            f"first_{name}_s": windows[0].get(key, math.nan) - run["began"] if windows else math.nan
+            for name, key in (
+                ("process", "proc_start"),
+                ("build_began", "build_began"),
+                ("built", "built_at"),
+            )
+        },
         "in_trial_rate": statistics.median(rates) if rates else math.nan,
         "wait_per_report_s": statistics.median(gaps) if gaps else 0.0,
         "handover_s": statistics.median(handovers) if handovers else math.nan,
@@ -484,6 +503,23 @@ def _summary(runs: list[dict]) -> dict[str, Any]:
         "first_batch_s": {
             side: _median(runs, "first_batch_s", workload="short", data="resident", side=side)
             for side in ("searchlab", "ray_asha")
+        },
+        "long_ray_asha_efficiency": _median(
+            runs, "efficiency", workload="long", data="resident", side="ray_asha"
+        ),
+        # Medians over every run of a side: seconds from the call to its first trial's
+        # process start, build start, build end and first batch.
+        "first_batch_split": {
+            side: {
+                key: _median(runs, key, side=side)
+                for key in (
+                    "first_process_s",
+                    "first_build_began_s",
+                    "first_built_s",
+                    "first_batch_s",
+                )
+            }
+            for side in sorted({r["side"] for r in runs})
         },
     }
 

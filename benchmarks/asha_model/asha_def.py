@@ -13,6 +13,7 @@ waited before the window: the report's way through the search and the next call)
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -21,6 +22,20 @@ import torch
 from torch import nn
 
 from searchlab import pytorch
+
+
+def _process_start() -> float:
+    """When this process started, in ``time.time()`` seconds (NaN where /proc is missing)."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+            up = float(uptime.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return math.nan
+
+
+PROCESS_START = _process_start()
 
 MEAN = torch.tensor((0.4914, 0.4822, 0.4465)).view(1, 3, 1, 1) * 255
 STD = torch.tensor((0.2470, 0.2435, 0.2616)).view(1, 3, 1, 1) * 255
@@ -77,10 +92,19 @@ class ImageSet(torch.utils.data.Dataset):
 
 
 class Window:
-    """Times a report window: first batch start, end (synchronised) and the wait before it."""
+    """Times a report window: first batch start, end (synchronised) and the wait before it.
 
-    def __init__(self, device: torch.device) -> None:
+    Each window also carries when its process started and when its ``TrainStep`` was built,
+    to split the time to a search's first batch.
+    """
+
+    def __init__(self, device: torch.device, step: TrainStep) -> None:
         self.device = device
+        self.stamps = {
+            "proc_start": PROCESS_START,
+            "build_began": step.build_began,
+            "built_at": step.built_at,
+        }
         self.start: float | None = None
         self.reported_at: float | None = None
         self.gap = 0.0
@@ -99,6 +123,7 @@ class Window:
             "w_end": time.time(),
             "gap_s": self.gap,
             "gpu": _gpu_index(),
+            **self.stamps,
         }
         self.start, self.gap, self.reported_at = None, 0.0, time.perf_counter()
         return out
@@ -114,6 +139,7 @@ class TrainStep:
     """Model, optimizer, data and step that both sides run, given the hyperparameters."""
 
     def __init__(self, hp: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.build_began = time.time()
         torch.manual_seed(seed)
         self.hp, self.device = hp, device
         self.amp = device.type == "cuda"
@@ -128,6 +154,7 @@ class TrainStep:
         self.resident = (x.to(device), y.to(device))
         vx, vy = images(self.batch, seed=2)
         self.val = (vx.to(device), vy.to(device))
+        self.built_at = time.time()
 
     def loader_kwargs(self) -> dict[str, Any]:
         resident = self.hp.get("data", "resident") == "resident"
@@ -201,7 +228,7 @@ class AshaTrial(pytorch.PyTorchTrial):
         self.step = TrainStep(hp, context.device, seed=context.get_trial_seed() % 2**31)
         self.model = context.wrap_model(self.step.model)
         self.opt = context.wrap_optimizer(self.step.opt)
-        self.window = Window(context.device)
+        self.window = Window(context.device, self.step)
         context.wrap_reducer(WindowTimes(self.window), name=None, for_validation=False)
         context.experimental.disable_auto_to_device()
 
