@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
+import pathlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,9 +29,11 @@ __all__ = [
     "HPARAMS_KEY",
     "PLAN_KEY",
     "RESULT_KEY",
+    "WRITING_MARKER",
     "Outcome",
     "TrialConfig",
     "TrialReport",
+    "is_being_written",
 ]
 
 RESULT_KEY = "searchlab"  # in a Tune result: searchlab's part (TrialReport)
@@ -37,6 +41,9 @@ HPARAMS_KEY = "hparams"  # in a Tune config: the trial's hyperparameters
 PLAN_KEY = "searchlab"  # in a Tune config: the trial's search plan
 # In a checkpoint's metadata.json: the longest rung length whose result the trial had reported.
 CHECKPOINT_LENGTH_KEY = "searchlab_length_done"
+# In a checkpoint directory: its state file is still being written by the worker the file
+# names (``_checkpoint_writer``); gone once ``state-dict.pth`` is in place.
+WRITING_MARKER = "state-dict.writing"
 
 
 class Outcome(str, enum.Enum):
@@ -157,3 +164,8 @@ def _unflatten(result: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def is_being_written(directory: str | os.PathLike[str]) -> bool:
+    """True while ``directory``'s state file is still to be written (or its writer died)."""
+    return (pathlib.Path(directory) / WRITING_MARKER).exists()

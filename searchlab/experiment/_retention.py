@@ -20,6 +20,8 @@ import pathlib
 import shutil
 from collections.abc import Iterable
 
+from searchlab.experiment._protocol import is_being_written
+
 __all__ = [
     "DeferredDeletions",
     "RetentionPolicy",
@@ -122,6 +124,10 @@ class DeferredDeletions:
         """A queued checkpoint is needed again (a trial re-registered it): keep it."""
         self._queued.pop(path, None)
 
+    def _latest_unfinished(self, latest: str | None) -> bool:
+        target = inside(self._root, latest) if latest else None
+        return target is not None and is_being_written(target)
+
     @property
     def queued(self) -> list[str]:
         return list(self._queued)
@@ -131,6 +137,8 @@ class DeferredDeletions:
         for path, (trial_id, queued_at) in list(self._queued.items()):
             if queued_at >= generation or latest.get(trial_id) == path:
                 continue
+            if self._latest_unfinished(latest.get(trial_id)):
+                continue  # its state is still being written: an older one is the fallback
             target = inside(self._root, path)
             if target is not None:
                 shutil.rmtree(target, ignore_errors=True)

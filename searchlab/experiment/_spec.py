@@ -13,6 +13,7 @@ from searchlab.experiment._idle import DEFAULT_AFTER_S, idle_after_s
 __all__ = ["ExperimentSpec"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
+BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,10 @@ class ExperimentSpec:
     # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=1`` on the driver turns it on. Off by
     # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
     train_ahead: bool = False
+    # Write a rung end's checkpoint state in a worker thread while the trial goes on (or the
+    # next one starts): ``experiment._checkpoint_writer``. ``SEARCHLAB_BACKGROUND_CHECKPOINTS=0``
+    # on the driver writes it in ``save_checkpoint`` instead.
+    background_checkpoints: bool = True
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
@@ -69,9 +74,14 @@ class ExperimentSpec:
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
-            train_ahead=os.environ.get(TRAIN_AHEAD_VAR, "0").strip().lower()
-            in ("1", "on", "true", "yes"),
+            train_ahead=_flag(TRAIN_AHEAD_VAR, default=False),
+            background_checkpoints=_flag(BACKGROUND_CHECKPOINTS_VAR, default=True),
         )
+
+
+def _flag(name: str, *, default: bool) -> bool:
+    text = os.environ.get(name, "").strip().lower()
+    return default if not text else text in ("1", "on", "true", "yes")
 
 
 def _length_dict(length: Any) -> dict[str, int] | None:

@@ -2,7 +2,8 @@
 
 Class API with actor reuse: Tune calls ``save_checkpoint`` exactly when it pauses a trial, so a
 pause loses nothing, and a cached actor takes the next trial (``reset_config``) without a new
-process. An actor left idle after a checkpoint (a paused trial waiting in Tune's cache) gives
+process. A rung end's checkpoint state is written in the background (``CheckpointWriter``),
+and a trial promoted back onto the worker that paused it resumes from that worker's memory. An actor left idle after a checkpoint (a paused trial waiting in Tune's cache) gives
 the trial's memory back (``IdleRelease``). The training itself is ``TrialRunner``'s, shared
 with data-parallel workers.
 """
@@ -13,10 +14,16 @@ import pathlib
 import time
 from typing import Any
 
+import pyarrow.fs
 import ray
 from ray import tune
 
 from searchlab._failpoints import failpoint
+from searchlab.experiment._checkpoint_writer import (
+    CheckpointWriter,
+    is_being_written,
+    wait_until_written,
+)
 from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_path
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
@@ -36,16 +43,27 @@ __all__ = ["SearchlabTrainable", "checkpoint_rung_length", "existing_checkpoint"
 
 def existing_checkpoint(restore_arg: Any, warn: Any) -> Any:
     """Tune's restore argument, or one pointing at the newest earlier checkpoint of the trial
-    when the one Tune names is gone (deleted by hand, lost with a disk): the trial replays the
-    batches in between. None when the trial has no checkpoint left: it starts from scratch."""
+    when the one Tune names is gone (deleted by hand, lost with a disk) or was never completed
+    (its state was written in the background by a worker that died first): the trial replays
+    the batches in between. None when the trial has no checkpoint left: it starts over.
+
+    A checkpoint another live worker is still writing is waited for."""
     path = checkpoint_path_of(restore_arg)
-    if path is None or pathlib.Path(path).exists():
+    if path is None:
+        return restore_arg
+    if not pathlib.Path(path).exists():
+        problem = "is missing"
+    elif is_being_written(path) and not wait_until_written(path):
+        problem = "was never completed (its worker stopped while writing it)"
+    else:
         return restore_arg
     for candidate in earlier_checkpoints(pathlib.Path(path)):
+        if is_being_written(candidate):
+            continue
         if any((candidate / n).is_file() for n in ("state-dict.pth", "state_dict.pth")):
-            warn(f"checkpoint {path} is missing; resuming from the earlier checkpoint {candidate}")
+            warn(f"checkpoint {path} {problem}; resuming from the earlier checkpoint {candidate}")
             return with_checkpoint_path(restore_arg, str(candidate))
-    warn(f"checkpoint {path} is missing and no earlier one exists; the trial starts over")
+    warn(f"checkpoint {path} {problem} and no earlier one exists; the trial starts over")
     return None
 
 
@@ -57,6 +75,7 @@ class SearchlabTrainable(tune.Trainable):
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
+        self._writer = CheckpointWriter()
         self._build(config)
 
     def _build(self, config: dict[str, Any]) -> None:
@@ -79,6 +98,7 @@ class SearchlabTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         with self._idle.busy():
             assert self._runner is not None
+            self._writer.check()  # a failed background write fails the trial, as a save did
             return self._runner.step()
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -89,8 +109,12 @@ class SearchlabTrainable(tune.Trainable):
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
                 state, metadata = saved
                 metadata = {**metadata, CHECKPOINT_LENGTH_KEY: self._runner.length_done}
-                # Tune copies the directory into the experiment and deletes it: no fsync.
-                write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
+                if self._in_background():
+                    self._writer.stage(checkpoint_dir, state, metadata)  # state: after save()
+                else:
+                    self._writer.flush()  # an earlier write's error first
+                    # Tune copies the directory into the experiment and deletes it: no fsync.
+                    write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
                 failpoint("checkpoint-write")  # written, not yet handed to Tune
                 self._runner.checkpoint_written(checkpoint_dir)
                 self._runner.timing["checkpoint_write_s"] = time.perf_counter() - began
@@ -104,10 +128,40 @@ class SearchlabTrainable(tune.Trainable):
             if self._runner.loop is None and not self._runner.parked:
                 return
             began = time.perf_counter()
-            state, used = load_with_fallback(str(checkpoint))
+            path = str(checkpoint)
+            kept = self._writer.take(path)
+            if kept is not None:  # this worker saved it: resume from host memory
+                state, used = kept, pathlib.Path(path)
+                self._runner.timing["resumed_from_memory"] = 1.0
+            else:  # ``restore`` waited for a write in flight elsewhere
+                state, used = load_with_fallback(path)
             done = checkpoint_rung_length(used) or 0
             self._runner.load(state, checkpoint_uuid=used.name, length_done=done)
             self._runner.timing["checkpoint_load_s"] = time.perf_counter() - began
+
+    def save(self, checkpoint_dir: str | None = None) -> Any:
+        saved = super().save(checkpoint_dir)  # calls save_checkpoint, then Tune's copy
+        if self._writer.staged:
+            if (
+                saved.checkpoint is None
+            ):  # pragma: no cover - Tune always persists a class trainable's
+                raise RuntimeError("Ray Tune kept no checkpoint of a saved trial")
+            self._writer.start(str(saved.checkpoint.path))
+        return saved
+
+    def _in_background(self) -> bool:
+        """Write this checkpoint's state after ``save`` returns? Only at a rung end the trial
+        goes on from (a pause or a promotion), into a local experiment directory, and not
+        for a trial whose callbacks read checkpoint files as they are written."""
+        runner = self._runner
+        return (
+            self._spec.background_checkpoints
+            and runner is not None
+            and runner.at_rung_end
+            and not runner.reads_checkpoint_files
+            and self._storage is not None
+            and isinstance(self._storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+        )
 
     def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         assert self._runner is not None
@@ -132,7 +186,10 @@ class SearchlabTrainable(tune.Trainable):
         # Tune ends the actor's process right after: a garbage collection here (~0.8 s with
         # torch and Ray loaded, on 2 cores) only delayed the end of every search.
         with self._idle.busy():
-            self._close(collect=False)
+            try:
+                self._writer.close()  # the last checkpoint is in place before the actor ends
+            finally:
+                self._close(collect=False)
 
     def _close(self, collect: bool = True) -> None:
         if self._runner is not None:

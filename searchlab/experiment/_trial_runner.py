@@ -34,6 +34,7 @@ from searchlab.pytorch import (
     TrainUnit,
     load_trial_class,
 )
+from searchlab.pytorch._callback import overrides
 from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
 from searchlab.pytorch._state import TrialState
 from searchlab.pytorch._trainer import seed_everything
@@ -156,6 +157,15 @@ class TrialRunner:
     def parked(self) -> bool:
         """True while the trial is released (``park``) and not yet rebuilt."""
         return self._parked is not None
+
+    @property
+    def reads_checkpoint_files(self) -> bool:
+        """True when a callback of the trial looks at checkpoint files as they are written
+        (``on_checkpoint_write_end``/``on_checkpoint_end``/``on_checkpoint_upload_end``):
+        those must see the state file in place, so it cannot be written later."""
+        callbacks = self.loop.callbacks.values() if self.loop is not None else ()
+        hooks = ("on_checkpoint_write_end", "on_checkpoint_end", "on_checkpoint_upload_end")
+        return any(overrides(cb, hook) for cb in callbacks for hook in hooks)
 
     @property
     def at_rung_end(self) -> bool:

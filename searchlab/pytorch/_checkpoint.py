@@ -38,6 +38,7 @@ __all__ = [
     "load_checkpoint",
     "save_checkpoint_dir",
     "write_checkpoint_files",
+    "write_checkpoint_metadata",
 ]
 
 FORMAT_VERSION = 2
@@ -64,19 +65,28 @@ def write_checkpoint_files(
 ) -> pathlib.Path:
     """Write ``state`` and ``metadata`` into an existing ``directory``, each file atomically.
 
-    The metadata file is written last, so a directory with ``metadata.json`` holds a complete
-    ``state-dict.pth``. ``durable=False`` skips the fsync: for a staging directory that is
+    The metadata file is written last, so a directory this writes with ``metadata.json`` holds
+    a complete ``state-dict.pth``. (A trial worker may write the state after the metadata, in
+    the background: ``searchlab.experiment._checkpoint_writer`` marks such a directory until
+    its state is in place.) ``durable=False`` skips the fsync: for a staging directory that is
     copied elsewhere and deleted right away (Ray Tune's), where waiting for the disk costs
     ~0.2 s per ResNet-18 checkpoint and protects nothing.
     """
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     _atomic_torch_save(dict(state), directory / STATE_FILE, durable=durable)
-    meta = {"format_version": FORMAT_VERSION, **metadata}
-    tmp = directory / f".{METADATA_FILE}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=_json_default))
-    os.replace(tmp, directory / METADATA_FILE)
+    write_checkpoint_metadata(directory, metadata)
     return directory
+
+
+def write_checkpoint_metadata(
+    directory: str | os.PathLike[str], metadata: Mapping[str, Any]
+) -> None:
+    """Write ``metadata.json`` into ``directory`` atomically (with the format version)."""
+    meta = {"format_version": FORMAT_VERSION, **metadata}
+    tmp = pathlib.Path(directory) / f".{METADATA_FILE}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=_json_default))
+    os.replace(tmp, pathlib.Path(directory) / METADATA_FILE)
 
 
 def save_checkpoint_dir(

@@ -323,3 +323,21 @@ def test_a_full_disk_pauses_the_search_resumably_and_says_so(
         assert _resume(small_disk / NAME, ray_tmp, resumed) == 0, resumed.read_text()
     assert search_outcome(small_disk / NAME) == uninterrupted["outcome"]
     assert last_rung_table(resumed) == uninterrupted["rungs"]
+
+
+def test_kill_during_a_background_checkpoint_write_resumes_from_the_previous_checkpoint(
+    tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
+) -> None:
+    # The third rung-end state written in the background: written aside, not yet in place.
+    with ray_tmpdir() as ray_tmp:
+        exp_dir = _killed_at("checkpoint-background-write", 3, tmp_path, ray_tmp)
+        unfinished = [p.parent for p in exp_dir.glob("*/checkpoint_*/state-dict.writing")]
+        assert unfinished and not any((p / "state-dict.pth").exists() for p in unfinished)
+        _wait_until_gone(ray_tmp)
+        log = tmp_path / "resume.log"
+        assert _resume(exp_dir, ray_tmp, log) == 0, log.read_text()
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert search_outcome(exp_dir) == uninterrupted["outcome"]
+    assert last_rung_table(log) == uninterrupted["rungs"]
+    _assert_checkpoints_kept(exp_dir)

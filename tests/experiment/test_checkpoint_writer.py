@@ -1,0 +1,259 @@
+"""Checkpoint states written in the background: the same files, in place before anyone loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from searchlab.experiment._checkpoint_writer import (
+    CheckpointWriter,
+    host_copy,
+    wait_until_written,
+)
+from searchlab.experiment._protocol import WRITING_MARKER, is_being_written
+from searchlab.experiment._retention import DeferredDeletions
+from searchlab.pytorch._checkpoint import STATE_FILE, load_checkpoint, write_checkpoint_files
+
+
+def _state(seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "models_state_dict": [{"w": torch.randn(64, 64, generator=g), "b": torch.zeros(64)}],
+        "optimizers_state_dict": [{"state": {0: {"momentum_buffer": torch.randn(64)}}}],
+        "batches_trained": 12,
+        "rng_state": {"python": (3, tuple(range(5)), None), "note": ["kept", {"a": 1}]},
+        "callbacks": {"cb": {"seen": [1, 2]}},
+    }
+
+
+def _save(
+    writer: CheckpointWriter, staging: pathlib.Path, final: pathlib.Path, state: dict
+) -> None:
+    """What the trainable does: stage in save_checkpoint, Tune copies the directory, start."""
+    staging.mkdir()
+    writer.stage(str(staging), state, {"batches_trained": state["batches_trained"]})
+    final.mkdir(parents=True)
+    for f in staging.iterdir():  # Tune's copy
+        (final / f.name).write_bytes(f.read_bytes())
+    writer.start(str(final))
+
+
+def _same(a: object, b: object) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b) and a.dtype == b.dtype
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, list | tuple):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+def test_a_background_write_gives_the_files_a_direct_write_gives(tmp_path: pathlib.Path) -> None:
+    state = _state()
+    direct = write_checkpoint_files(tmp_path / "direct", state, {"batches_trained": 12})
+    writer = CheckpointWriter()
+    final = tmp_path / "trial" / "checkpoint_000001"
+    _save(writer, tmp_path / "staging", final, state)
+    # Training goes on at once: the state changes in place while the write may still run.
+    for t in state["models_state_dict"][0].values():
+        t.add_(1.0)
+    state["rng_state"]["note"].append("changed")
+    writer.flush()
+    assert not is_being_written(final) and (final / STATE_FILE).is_file()
+    written, meta = load_checkpoint(final, trusted=True)
+    expected, expected_meta = load_checkpoint(direct, trusted=True)
+    _same(written, expected)
+    assert meta == expected_meta
+    writer.close()
+
+
+def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path) -> None:
+    writer = CheckpointWriter()
+    final = tmp_path / "t" / "checkpoint_000000"
+    state = _state(1)
+    _save(writer, tmp_path / "s", final, state)
+    taken = writer.take(str(final))
+    assert taken is not None
+    assert (final / STATE_FILE).is_file()  # the file is in place before memory is used
+    _same(taken, load_checkpoint(final, trusted=True)[0])
+    assert writer.take(str(final)) is None  # once: training may change it in place
+    assert writer.take(str(tmp_path / "t" / "checkpoint_000009")) is None
+    writer.close()
+
+
+def test_kept_states_stay_inside_their_memory_budget(tmp_path: pathlib.Path) -> None:
+    one = sum(t.numel() * 4 for t in _state()["models_state_dict"][0].values()) + 64 * 4
+    writer = CheckpointWriter(keep_bytes=2 * one)
+    dirs = [tmp_path / "t" / f"checkpoint_00000{i}" for i in range(3)]
+    for i, final in enumerate(dirs):
+        _save(writer, tmp_path / f"s{i}", final, _state(i))
+    writer.flush()
+    assert writer.take(str(dirs[0])) is None  # the oldest went first
+    assert writer.take(str(dirs[1])) is not None and writer.take(str(dirs[2])) is not None
+    writer.close()
+
+
+def test_a_failed_write_is_raised_by_the_next_call(tmp_path: pathlib.Path) -> None:
+    writer = CheckpointWriter()
+    staging = tmp_path / "s"
+    staging.mkdir()
+    writer.stage(str(staging), _state(), {"batches_trained": 12})
+    writer.start(str(tmp_path / "gone"))  # Tune's copy is not there: the write fails
+    with pytest.raises(FileNotFoundError):
+        writer.flush()
+    writer.close()
+
+
+def test_host_copy_leaves_nothing_shared_with_the_live_state() -> None:
+    state = _state()
+    copied = host_copy(state)
+    state["models_state_dict"][0]["w"].mul_(0)
+    state["callbacks"]["cb"]["seen"].append(3)
+    assert copied["models_state_dict"][0]["w"].abs().sum() > 0
+    assert copied["callbacks"]["cb"]["seen"] == [1, 2]
+
+
+def test_a_reader_waits_for_a_live_writer_and_not_for_a_dead_one(tmp_path: pathlib.Path) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    import socket
+
+    (live / WRITING_MARKER).write_text(
+        json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    )
+
+    def finish() -> None:
+        (live / STATE_FILE).write_bytes(b"x")
+        (live / WRITING_MARKER).unlink()
+
+    timer = threading.Timer(0.3, finish)
+    timer.start()
+    assert wait_until_written(live, timeout_s=30) is True
+    timer.join()
+
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (dead / WRITING_MARKER).write_text(
+        json.dumps({"pid": int(gone.stdout), "host": socket.gethostname()})
+    )
+    assert wait_until_written(dead, timeout_s=30) is False  # at once: its writer is gone
+
+
+def test_retention_keeps_older_checkpoints_while_the_latest_is_being_written(
+    tmp_path: pathlib.Path,
+) -> None:
+    for name in ("checkpoint_000000", "checkpoint_000001"):
+        (tmp_path / "t1" / name).mkdir(parents=True)
+    (tmp_path / "t1" / "checkpoint_000001" / WRITING_MARKER).write_text("{}")
+    later = DeferredDeletions(tmp_path)
+    later.let_go("t1/checkpoint_000000", "t1", generation=1)
+    latest = {"t1": "t1/checkpoint_000001"}
+    assert later.delete_due(5, latest) == []
+    assert (tmp_path / "t1" / "checkpoint_000000").is_dir()
+    (tmp_path / "t1" / "checkpoint_000001" / WRITING_MARKER).unlink()  # written
+    assert later.delete_due(5, latest) == ["t1/checkpoint_000000"]
+    assert not (tmp_path / "t1" / "checkpoint_000000").exists()
+
+
+def _dead_marker(directory: pathlib.Path) -> None:
+    import socket
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    marker = {"pid": int(gone.stdout), "host": socket.gethostname()}
+    (directory / WRITING_MARKER).write_text(json.dumps(marker))
+
+
+def test_a_checkpoint_its_dead_worker_never_finished_falls_back_to_the_one_before(
+    tmp_path: pathlib.Path,
+) -> None:
+    from searchlab.experiment._trainable import existing_checkpoint
+
+    trial = tmp_path / "trial"
+    done = write_checkpoint_files(trial / "checkpoint_000000", _state(), {"batches_trained": 12})
+    unfinished = trial / "checkpoint_000001"
+    unfinished.mkdir()
+    _dead_marker(unfinished)
+    said: list[str] = []
+    assert existing_checkpoint(str(unfinished), said.append).path == str(done)
+    assert "was never completed" in said[0] and str(done) in said[0]
+
+    _dead_marker(done)  # no complete checkpoint left: the trial starts over, and says so
+    said.clear()
+    assert existing_checkpoint(str(unfinished), said.append) is None
+    assert "starts over" in said[0]
+
+
+# -- in a search ----------------------------------------------------------------------------
+RESUME_MODEL = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "resume_model"
+
+
+def _search_config(name: str) -> dict:
+    return {
+        "name": name,
+        "entrypoint": "resume_trial:ResumeTrial",
+        "hyperparameters": {
+            "global_batch_size": 4,
+            "lr": {"type": "log", "base": 10, "minval": -3, "maxval": 0},
+        },
+        "searcher": {
+            "name": "adaptive_asha",
+            "metric": "validation_loss",
+            "max_trials": 6,
+            "max_length": {"batches": 16},
+            "mode": "aggressive",
+            "divisor": 2,
+        },
+        "scheduling_unit": 2,
+        "resources": {"cpus_per_trial": 2},  # one trial at a time: the same order every run
+        "max_restarts": 0,
+        "reproducibility": {"experiment_seed": 7},
+    }
+
+
+@pytest.mark.ray
+def test_a_search_with_background_writes_ends_as_one_without(
+    ray_session: object, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from driver_procs import search_outcome
+
+    import searchlab
+
+    outcomes, memory_loads = {}, {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
+        results = searchlab.run(
+            _search_config(f"bg-{mode}"),
+            model_dir=RESUME_MODEL,
+            storage_path=tmp_path / mode,
+            echo=lambda _: None,
+        )
+        exp = results.experiment_dir
+        outcomes[mode] = search_outcome(exp)
+        assert not list(exp.rglob(WRITING_MARKER)), "a checkpoint was left half written"
+        for ckpt in exp.glob("*/checkpoint_*"):
+            load_checkpoint(ckpt, trusted=True)  # every kept checkpoint loads
+        memory_loads[mode] = sum(
+            "searchlab_timing_resumed_from_memory" in line
+            for f in exp.glob("*/result.json")
+            for line in f.read_text().splitlines()
+        )
+    assert outcomes["1"] == outcomes["0"]
+    # Promoted trials came back to the worker that paused them (one trial at a time).
+    assert memory_loads["1"] > 0 and memory_loads["0"] == 0
