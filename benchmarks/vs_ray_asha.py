@@ -267,15 +267,22 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     return {"wall_s": wall, "began": began, "windows": windows, **timing}
 
 
-def run_searchlab_with_train_ahead(
-    hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str
-) -> dict:
-    """searchlab with ``SEARCHLAB_TRAIN_AHEAD=1``: what training ahead is worth."""
-    os.environ["SEARCHLAB_TRAIN_AHEAD"] = "1"
-    try:
-        return run_searchlab(hp, work, lrs, storage)
-    finally:
-        del os.environ["SEARCHLAB_TRAIN_AHEAD"]
+def _searchlab_with(env: dict[str, str]) -> Any:
+    """``run_searchlab`` with driver environment variables set (one lever on or off)."""
+
+    def run(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str) -> dict:
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            return run_searchlab(hp, work, lrs, storage)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    return run
 
 
 def _searchlab_checkpoint_times(results: Any) -> dict[str, Any]:
@@ -290,7 +297,12 @@ def _searchlab_checkpoint_times(results: Any) -> dict[str, Any]:
                         continue
                     key = key.removeprefix("searchlab_timing_")
                     found.setdefault(key, []).append(float(value))
-    return {key: statistics.median(values) for key, values in found.items()}
+    out = {key: statistics.median(values) for key, values in found.items()}
+    # How many checkpoint loads there were, and how many of them came from the worker's memory.
+    out["loads"] = len(found.get("checkpoint_load_s", []))
+    out["loads_from_memory"] = len(found.pop("resumed_from_memory", []))
+    out.pop("resumed_from_memory", None)
+    return out
 
 
 # What each window row keeps: its times, position, GPU, and when its process started and its
@@ -356,7 +368,7 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
         "handover_s": statistics.median(handovers) if handovers else math.nan,
         "handovers": len(handovers),
     }
-    for key in ("checkpoint_write_s", "checkpoint_load_s", "build_s"):
+    for key in ("checkpoint_write_s", "checkpoint_load_s", "build_s", "loads", "loads_from_memory"):
         values = [w[key] for w in windows if w.get(key) is not None and w[key] == w[key]]
         out[key] = run.get(key, statistics.median(values) if values else None)
     return out
@@ -365,7 +377,9 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
 SIDES = {
     "ray_asha": run_ray,
     "searchlab": run_searchlab,
-    "searchlab_train_ahead": run_searchlab_with_train_ahead,
+    # One lever changed from searchlab's defaults, to measure what it is worth:
+    "searchlab_train_ahead": _searchlab_with({"SEARCHLAB_TRAIN_AHEAD": "1"}),
+    "searchlab_sync_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "0"}),
 }
 
 
