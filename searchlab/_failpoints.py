@@ -7,6 +7,9 @@ nothing unless the environment variable ``SEARCHLAB_FAILPOINTS`` names it, as
 the experiment's driver is killed with SIGKILL (as the kernel's OOM killer or a lost node
 would), and so is this process if it is a trial worker. The driver passes its pid and the
 variable on to its trial workers. Nothing is read or done when the variable is unset.
+
+``SEARCHLAB_FAILPOINTS_ONCE=<path>`` kills only in the first process to get there (it creates
+``path``): a retried worker, a new process, passes the point again without dying.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ __all__ = ["DRIVER_PID_VAR", "ENV_VAR", "failpoint", "worker_env"]
 
 ENV_VAR = "SEARCHLAB_FAILPOINTS"
 DRIVER_PID_VAR = "SEARCHLAB_FAILPOINTS_DRIVER_PID"
+ONCE_VAR = "SEARCHLAB_FAILPOINTS_ONCE"
 _passed: dict[str, int] = {}
 
 
@@ -31,10 +35,21 @@ def failpoint(name: str) -> None:
         if point != name:
             continue
         _passed[name] = _passed.get(name, 0) + 1
-        if _passed[name] == int(count or 1):
+        if _passed[name] == int(count or 1) and _first_to_fire():
             driver = int(os.environ.get(DRIVER_PID_VAR) or os.getpid())
             os.kill(driver, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _first_to_fire() -> bool:
+    once = os.environ.get(ONCE_VAR)
+    if not once:
+        return True
+    try:
+        os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def worker_env() -> dict[str, str]:

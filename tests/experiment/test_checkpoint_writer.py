@@ -235,7 +235,7 @@ def test_a_search_with_background_writes_ends_as_one_without(
 
     import searchlab
 
-    outcomes, memory_loads = {}, {}
+    outcomes, memory_loads, weights = {}, {}, {}
     for mode in ("1", "0"):
         monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
         results = searchlab.run(
@@ -249,11 +249,58 @@ def test_a_search_with_background_writes_ends_as_one_without(
         assert not list(exp.rglob(WRITING_MARKER)), "a checkpoint was left half written"
         for ckpt in exp.glob("*/checkpoint_*"):
             load_checkpoint(ckpt, trusted=True)  # every kept checkpoint loads
+        # Each trial's last weights, by learning rate (trial ids differ between runs).
+        last = {}
+        for row in results.trials.itertuples():
+            newest = max((exp / row.trial_id).glob("checkpoint_*"))
+            last[round(row.lr, 9)] = load_checkpoint(newest, trusted=True)[0]["models_state_dict"]
+        weights[mode] = last
         memory_loads[mode] = sum(
             "searchlab_timing_resumed_from_memory" in line
             for f in exp.glob("*/result.json")
             for line in f.read_text().splitlines()
         )
     assert outcomes["1"] == outcomes["0"]
+    assert weights["1"].keys() == weights["0"].keys()
+    for lr, models in weights["1"].items():
+        _same(models, weights["0"][lr])  # bit for bit
     # Promoted trials came back to the worker that paused them (one trial at a time).
     assert memory_loads["1"] > 0 and memory_loads["0"] == 0
+
+
+@pytest.mark.ray
+def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
+    ray_session: object, tmp_path: pathlib.Path
+) -> None:
+    """The driver lives on and registered the checkpoint; its worker died before the state was
+    in place. The retry falls back to the trial's previous checkpoint (or starts over), says
+    so, and the search ends as an uninterrupted one."""
+    from driver_procs import search_outcome
+
+    import searchlab
+
+    def run(name: str, env: list[str]) -> tuple[pathlib.Path, list[str]]:
+        config = _search_config(name)
+        config["max_restarts"] = 1
+        config["environment"] = {"environment_variables": env}
+        lines: list[str] = []
+        results = searchlab.run(
+            config, model_dir=RESUME_MODEL, storage_path=tmp_path / name, echo=lines.append
+        )
+        return results.experiment_dir, lines
+
+    whole, _ = run("whole", [])
+    # Only the worker has the variable, so the crash point kills the worker alone.
+    once = tmp_path / "fired"
+    env = [
+        "SEARCHLAB_FAILPOINTS=checkpoint-background-write:4",
+        f"SEARCHLAB_FAILPOINTS_ONCE={once}",
+    ]
+    killed, lines = run("killed", env)
+    assert once.exists()
+    said = "\n".join(lines)
+    # The trial the kill hit went back to its checkpoint before (here: none, so it started
+    # over), and said so.
+    assert "was never completed (its worker stopped while writing it)" in said, said
+    assert search_outcome(killed) == search_outcome(whole)
+    assert not list(killed.rglob(WRITING_MARKER))  # the dead write's checkpoint was let go
