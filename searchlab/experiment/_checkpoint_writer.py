@@ -15,8 +15,8 @@ A checkpoint is complete when it holds ``state-dict.pth`` and no marker. Until t
 
 - the same worker resuming the trial takes the state from memory (``take``), no disk read;
 - another worker waits for the writer (``wait_until_written``) and, if the writer died (a
-  crash, a ``kill -9``), loads the trial's previous checkpoint instead, as for any damaged
-  checkpoint (``load_with_fallback``);
+  crash, a ``kill -9``), resumes from the trial's previous checkpoint instead, as for a
+  missing one (``_trainable.existing_checkpoint``);
 - retention keeps the trial's earlier checkpoints (``is_being_written``).
 
 Only one write is in flight per worker: the next save first waits for it, and so does the
@@ -59,24 +59,27 @@ KEEP_BYTES = 2 * 2**30  # host memory for states kept to resume from
 
 def host_copy(obj: Any) -> Any:
     """``obj`` with every tensor copied to host memory and every container rebuilt, so that
-    training on does not change it (copies of device tensors are waited for once)."""
-    out = _copy(obj)
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    return out
-
-
-def _copy(obj: Any) -> Any:
+    training on does not change it. A module's ``state_dict`` stays an ``OrderedDict`` with
+    its ``_metadata`` (the module versions ``load_state_dict`` reads)."""
     if isinstance(obj, torch.Tensor):
         if obj.device.type == "cpu":
             return obj.detach().clone()
         return obj.detach().to("cpu")
     if isinstance(obj, dict):
-        return {k: _copy(v) for k, v in obj.items()}
+        items = ((k, host_copy(v)) for k, v in obj.items())
+        out = (
+            collections.OrderedDict(items)
+            if isinstance(obj, collections.OrderedDict)
+            else dict(items)
+        )
+        metadata = getattr(obj, "_metadata", None)
+        if metadata is not None:
+            out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
+        return out
     if isinstance(obj, list):
-        return [_copy(v) for v in obj]
+        return [host_copy(v) for v in obj]
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_copy(v) for v in obj)
+        return tuple(host_copy(v) for v in obj)
     return copy.deepcopy(obj)  # a callback's own object: as it is now
 
 

@@ -24,9 +24,13 @@ from searchlab.pytorch._checkpoint import STATE_FILE, load_checkpoint, write_che
 
 def _state(seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
     return {
-        "models_state_dict": [{"w": torch.randn(64, 64, generator=g), "b": torch.zeros(64)}],
-        "optimizers_state_dict": [{"state": {0: {"momentum_buffer": torch.randn(64)}}}],
+        "models_state_dict": [model.state_dict()],
+        "optimizers_state_dict": [
+            {"state": {0: {"momentum_buffer": torch.randn(64, generator=g)}}}
+        ],
         "batches_trained": 12,
         "rng_state": {"python": (3, tuple(range(5)), None), "note": ["kept", {"a": 1}]},
         "callbacks": {"cb": {"seen": [1, 2]}},
@@ -68,13 +72,17 @@ def test_a_background_write_gives_the_files_a_direct_write_gives(tmp_path: pathl
     _save(writer, tmp_path / "staging", final, state)
     # Training goes on at once: the state changes in place while the write may still run.
     for t in state["models_state_dict"][0].values():
-        t.add_(1.0)
+        t.add_(1)
     state["rng_state"]["note"].append("changed")
     writer.flush()
     assert not is_being_written(final) and (final / STATE_FILE).is_file()
     written, meta = load_checkpoint(final, trusted=True)
     expected, expected_meta = load_checkpoint(direct, trusted=True)
     _same(written, expected)
+    # A module's state dict keeps its type and module versions (load_state_dict reads them).
+    models = written["models_state_dict"][0]
+    assert type(models) is type(expected["models_state_dict"][0])
+    assert models._metadata == expected["models_state_dict"][0]._metadata
     assert meta == expected_meta
     writer.close()
 
@@ -94,7 +102,10 @@ def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path) -> Non
 
 
 def test_kept_states_stay_inside_their_memory_budget(tmp_path: pathlib.Path) -> None:
-    one = sum(t.numel() * 4 for t in _state()["models_state_dict"][0].values()) + 64 * 4
+    one = (
+        sum(t.numel() * t.element_size() for t in _state()["models_state_dict"][0].values())
+        + 64 * 4
+    )
     writer = CheckpointWriter(keep_bytes=2 * one)
     dirs = [tmp_path / "t" / f"checkpoint_00000{i}" for i in range(3)]
     for i, final in enumerate(dirs):
@@ -119,9 +130,9 @@ def test_a_failed_write_is_raised_by_the_next_call(tmp_path: pathlib.Path) -> No
 def test_host_copy_leaves_nothing_shared_with_the_live_state() -> None:
     state = _state()
     copied = host_copy(state)
-    state["models_state_dict"][0]["w"].mul_(0)
+    state["models_state_dict"][0]["0.weight"].mul_(0)
     state["callbacks"]["cb"]["seen"].append(3)
-    assert copied["models_state_dict"][0]["w"].abs().sum() > 0
+    assert copied["models_state_dict"][0]["0.weight"].abs().sum() > 0
     assert copied["callbacks"]["cb"]["seen"] == [1, 2]
 
 
