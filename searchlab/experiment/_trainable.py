@@ -142,11 +142,10 @@ class SearchlabTrainable(tune.Trainable):
     def save(self, checkpoint_dir: str | None = None) -> Any:
         saved = super().save(checkpoint_dir)  # calls save_checkpoint, then Tune's copy
         if self._writer.staged:
-            if (
-                saved.checkpoint is None
-            ):  # pragma: no cover - Tune always persists a class trainable's
+            checkpoint = saved.checkpoint
+            if checkpoint is None:  # pragma: no cover - Tune persists every class trainable's
                 raise RuntimeError("Ray Tune kept no checkpoint of a saved trial")
-            self._writer.start(str(saved.checkpoint.path))
+            self._writer.start(str(checkpoint.path))
         return saved
 
     def _in_background(self) -> bool:
