@@ -62,6 +62,11 @@ def summarise(search: dict[str, Any] | None, ddp: dict[str, Any] | None, n: int)
             window_s=search["window"]["seconds"],
             search_wall_s=search["search_wall_s"],
         )
+        # End to end, as a user sees it: each GPU's training time over the whole call (Ray's
+        # start, the first build and the end of the search included), beside the window's.
+        wall = search["search_wall_s"]
+        e2e = {k: r["busy_s"] / wall if wall else None for k, r in rows.items()}
+        s.update(end_to_end_busy_fraction_per_gpu=e2e, end_to_end_busy_fraction_min=_min(e2e))
     if ddp is not None:
         s["ddp_over_torchrun"] = ddp.get("summary", {}).get("searchlab_over_torchrun")
     s["targets"] = TARGETS
@@ -209,7 +214,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"{_f(s.get('busy_fraction_min'), '.3f')} (until the last new trial "
             f"{_f(s.get('busy_fraction_until_last_new_trial_min'), '.3f')}); median gap "
             f"{_f(s.get('median_gap_s'), '.2f')} s (to the first batch "
-            f"{_f(s.get('median_gap_to_first_batch_s'), '.2f')} s)"
+            f"{_f(s.get('median_gap_to_first_batch_s'), '.2f')} s); end to end (busy over "
+            f"the whole call) min {_f(s.get('end_to_end_busy_fraction_min'), '.3f')}"
         )
         print(
             "avail: share of the window the GPU had work (new trials waiting, or a hand-over "
