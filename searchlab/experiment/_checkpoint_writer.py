@@ -21,8 +21,9 @@ A checkpoint is complete when it holds ``state-dict.pth`` and no marker. Until t
 
 Only one write is in flight per worker: the next save first waits for it, and so does the
 worker's end. A failed write is raised by the worker's next call, as a failed save was.
-Checkpoints that user callbacks read as they are written, the last one of a trial and those
-outside a local directory are written in ``save_checkpoint``, as before.
+Used by the single-process trainable. Checkpoints that user callbacks read as they are written,
+the last one of a trial, those outside a local directory, and every checkpoint of
+data-parallel and script trials are written in ``save_checkpoint``, as before.
 """
 
 from __future__ import annotations
