@@ -25,7 +25,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -129,3 +129,18 @@ def write_result(path: pathlib.Path, summary: Mapping[str, Any], **sections: Any
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(f"wrote {path}")
     return path
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the block; restore (or remove) them after it."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

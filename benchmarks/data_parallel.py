@@ -77,6 +77,7 @@ from typing import Any
 
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
+from _common import environment
 from model_def import HPARAM_DEFAULTS
 
 import searchlab
@@ -266,16 +267,8 @@ def start_ray(gpus: int, nccl_env: dict[str, str]) -> bool:
     kwargs = ray_init_kwargs()
     if address is None:
         kwargs["num_gpus"] = gpus if torch.cuda.is_available() else 0
-    saved = {key: os.environ.get(key) for key in nccl_env}
-    os.environ.update(nccl_env)
-    try:
+    with environment(nccl_env):
         ray.init(address=address, **kwargs)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return True
 
 

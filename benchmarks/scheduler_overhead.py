@@ -48,7 +48,13 @@ HERE = pathlib.Path(__file__).resolve().parent
 MODEL_DIR = HERE / "overhead_model"
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from _common import add_common_args, print_table, result_path, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    add_common_args,
+    environment,
+    print_table,
+    result_path,
+    write_result,
+)
 
 SCENARIOS = {"500x1": (500, 1, 0.0), "100x10Hz": (100, 20, 0.1)}
 QUICK_SCENARIOS = {"500x1": (60, 1, 0.0), "100x10Hz": (12, 10, 0.1)}
@@ -164,20 +170,6 @@ def _ray_trainable() -> Any:
     return OverheadTrainable
 
 
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def run_ray(scenario: tuple[int, int, float], concurrency: int, storage: str) -> dict:
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -185,7 +177,7 @@ def run_ray(scenario: tuple[int, int, float], concurrency: int, storage: str) ->
     trials, batches, sleep_s = scenario
     scheduler = ASHAScheduler(max_t=batches, grace_period=batches, reduction_factor=4)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    with _env(TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1", RAY_AIR_NEW_OUTPUT="0"):
+    with environment({"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_AIR_NEW_OUTPUT": "0"}):
         tuner = tune.Tuner(
             tune.with_resources(_ray_trainable(), {"cpu": 1}),
             param_space={"x": tune.uniform(0.0, 1.0), "batch_sleep_s": sleep_s},

@@ -54,7 +54,14 @@ MODEL_DIR = HERE / "asha_model"
 sys.path.insert(0, str(MODEL_DIR))
 
 import torch  # noqa: E402
-from _common import add_common_args, machine_info, print_table, result_path, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    add_common_args,
+    environment,
+    machine_info,
+    print_table,
+    result_path,
+    write_result,
+)
 from ray import tune  # noqa: E402
 from ray.tune.schedulers import ASHAScheduler  # noqa: E402
 
@@ -271,16 +278,8 @@ def _searchlab_with(env: dict[str, str]) -> Any:
     """``run_searchlab`` with driver environment variables set (one lever on or off)."""
 
     def run(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str) -> dict:
-        saved = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)
-        try:
+        with environment(env):
             return run_searchlab(hp, work, lrs, storage)
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
     return run
 

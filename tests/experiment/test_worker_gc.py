@@ -60,15 +60,7 @@ SCRIPT = textwrap.dedent(
 def test_worker_freezes_imports_once_and_still_collects_replaced_trials(
     tmp_path: pathlib.Path,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)],
-        env={"PYTHONPATH": f"{FIXTURES}:{ROOT}", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    _run_ok(SCRIPT, tmp_path)
 
 
 def test_a_runner_in_the_callers_process_freezes_nothing(tmp_path: pathlib.Path) -> None:
@@ -76,6 +68,10 @@ def test_a_runner_in_the_callers_process_freezes_nothing(tmp_path: pathlib.Path)
     script = script.split("frozen = gc.get_freeze_count()")[0] + (
         "assert gc.get_freeze_count() == 0\nprint('ok')\n"
     )
+    _run_ok(script, tmp_path)
+
+
+def _run_ok(script: str, tmp_path: pathlib.Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path)],
         env={"PYTHONPATH": f"{FIXTURES}:{ROOT}", "PATH": "/usr/bin:/bin"},
