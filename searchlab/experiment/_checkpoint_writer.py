@@ -55,7 +55,16 @@ __all__ = [
 ]
 
 WAIT_FOR_WRITER_S = 120.0  # longest wait for another live worker's write
-KEEP_BYTES = 2 * 2**30  # host memory for states kept to resume from
+
+
+def default_keep_bytes() -> int:
+    """Host memory one worker may hold in kept states: 1 GiB, or 2% of the machine's memory
+    if that is less (a node may run dozens of trial workers)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**30
+    return min(2**30, total // 50)
 
 
 def host_copy(obj: Any) -> Any:
@@ -120,13 +129,13 @@ def _writer_alive(marker: pathlib.Path) -> bool:
 class CheckpointWriter:
     """One worker's checkpoint writes in the background (see the module's docstring).
 
-    The states it wrote stay in host memory, newest first, up to ``keep_bytes`` in all, for
-    ``take``: on one GPU the same worker runs every trial, so a promoted trial comes back to
-    the worker that paused it.
+    The states it wrote stay in host memory, newest first, up to ``keep_bytes`` in all
+    (default: ``default_keep_bytes()``), for ``take``: on one GPU the same worker runs every
+    trial, so a promoted trial comes back to the worker that paused it.
     """
 
-    def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
-        self._keep_bytes = keep_bytes
+    def __init__(self, keep_bytes: int | None = None) -> None:
+        self._keep_bytes = default_keep_bytes() if keep_bytes is None else keep_bytes
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._future: concurrent.futures.Future[None] | None = None
         self._staged: dict[str, Any] | None = None  # saved, not yet handed to the thread
