@@ -10,18 +10,23 @@ variable on to its trial workers. Nothing is read or done when the variable is u
 
 ``SEARCHLAB_FAILPOINTS_ONCE=<path>`` kills only in the first process to get there (it creates
 ``path``): a retried worker, a new process, passes the point again without dying.
+``SEARCHLAB_FAILPOINTS_DELAY_S=<seconds>`` waits that long at the point before killing, so
+that the rest of the search moves on first (a driver registers a checkpoint whose state a
+background thread is still writing).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 __all__ = ["DRIVER_PID_VAR", "ENV_VAR", "failpoint", "worker_env"]
 
 ENV_VAR = "SEARCHLAB_FAILPOINTS"
 DRIVER_PID_VAR = "SEARCHLAB_FAILPOINTS_DRIVER_PID"
 ONCE_VAR = "SEARCHLAB_FAILPOINTS_ONCE"
+DELAY_VAR = "SEARCHLAB_FAILPOINTS_DELAY_S"
 _passed: dict[str, int] = {}
 
 
@@ -36,6 +41,7 @@ def failpoint(name: str) -> None:
             continue
         _passed[name] = _passed.get(name, 0) + 1
         if _passed[name] == int(count or 1) and _first_to_fire():
+            time.sleep(float(os.environ.get(DELAY_VAR) or 0))
             driver = int(os.environ.get(DRIVER_PID_VAR) or os.getpid())
             os.kill(driver, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)

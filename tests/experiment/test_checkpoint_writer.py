@@ -304,11 +304,14 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
         return results.experiment_dir, lines
 
     whole, _ = run("whole", [])
-    # Only the worker has the variable, so the crash point kills the worker alone.
+    # Only the worker has the variable, so the crash point kills the worker alone. The kill
+    # waits until the driver has had the checkpoint (the save's reply races the write's start
+    # otherwise: a worker dead before the reply left no checkpoint to fall back from).
     once = tmp_path / "fired"
     env = [
         "SEARCHLAB_FAILPOINTS=checkpoint-background-write:4",
         f"SEARCHLAB_FAILPOINTS_ONCE={once}",
+        "SEARCHLAB_FAILPOINTS_DELAY_S=3",
     ]
     killed, lines = run("killed", env)
     assert once.exists()
