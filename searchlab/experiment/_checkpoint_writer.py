@@ -36,15 +36,17 @@ import os
 import pathlib
 import socket
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from searchlab._failpoints import failpoint
 from searchlab.experiment._protocol import WRITING_MARKER, is_being_written
-from searchlab.pytorch._checkpoint import STATE_FILE, write_checkpoint_metadata
+from searchlab.pytorch._checkpoint import (
+    STATE_FILE,
+    write_checkpoint_metadata,
+    write_checkpoint_state,
+)
 
 __all__ = [
     "WRITING_MARKER",
@@ -221,9 +223,8 @@ def _nbytes(obj: Any) -> int:
 
 
 def _write_state(directory: pathlib.Path, state: dict[str, Any]) -> None:
-    tmp = directory / f".{STATE_FILE}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-    failpoint("checkpoint-background-write")  # written aside: a crash here leaves no state file
-    os.replace(tmp, directory / STATE_FILE)
+    # Tune's copy of the directory is not synced either (``write_checkpoint_files``).
+    write_checkpoint_state(
+        directory, state, durable=False, crash_point="checkpoint-background-write"
+    )
     (directory / WRITING_MARKER).unlink(missing_ok=True)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from searchlab._failpoints import failpoint
 from searchlab.errors import CheckpointError
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "save_checkpoint_dir",
     "write_checkpoint_files",
     "write_checkpoint_metadata",
+    "write_checkpoint_state",
 ]
 
 FORMAT_VERSION = 2
@@ -74,9 +76,33 @@ def write_checkpoint_files(
     """
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic_torch_save(dict(state), directory / STATE_FILE, durable=durable)
+    write_checkpoint_state(directory, state, durable=durable)
     write_checkpoint_metadata(directory, metadata)
     return directory
+
+
+def write_checkpoint_state(
+    directory: str | os.PathLike[str],
+    state: Mapping[str, Any],
+    *,
+    durable: bool = True,
+    crash_point: str | None = None,
+) -> None:
+    """Write ``state-dict.pth`` into ``directory`` atomically: a temporary file, renamed.
+
+    ``crash_point`` names a crash point (``searchlab._failpoints``) between the two, for the
+    crash tests: a crash there leaves no state file.
+    """
+    path = pathlib.Path(directory) / STATE_FILE
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        torch.save(dict(state), f)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    if crash_point is not None:
+        failpoint(crash_point)
+    os.replace(tmp, path)
 
 
 def write_checkpoint_metadata(
@@ -273,16 +299,6 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot be read as JSON ({exc})") from exc
     return data if isinstance(data, dict) else {}
-
-
-def _atomic_torch_save(obj: Any, path: pathlib.Path, *, durable: bool = True) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _json_default(obj: Any) -> Any:
