@@ -1,16 +1,19 @@
 """``DataLoader``: torch's arguments, with the data order owned by searchlab.
 
-The trainer builds a fresh torch ``DataLoader`` for every epoch from the stored arguments, with
-an order that depends only on the trial seed and the epoch, sharded by rank, and skipping what
-was already trained on a resume. So a paused and resumed trial sees exactly the batches an
-uninterrupted one would, and the global RNG streams (dropout, augmentation) stay untouched.
+The trainer builds torch ``DataLoader``s from the stored arguments, with an order that depends
+only on the trial seed and the epoch, sharded by rank, and skipping what was already trained on
+a resume. So a paused and resumed trial sees exactly the batches an uninterrupted one would,
+and the global RNG streams (dropout, augmentation) stay untouched. With searchlab's own
+samplers one loader serves every epoch of a run (its worker processes start once, as with
+Determined's ``RepeatBatchSampler``); a user's ``sampler`` or ``batch_sampler`` gets a fresh
+loader per epoch.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
 import numpy as np
@@ -21,7 +24,14 @@ from searchlab.pytorch import samplers
 from searchlab.pytorch._errors import TrialTypeError, TrialValueError
 from searchlab.pytorch.samplers import EpochSampler, EpochShuffleSampler
 
-__all__ = ["DataLoader", "TorchData", "adapt_batch_sampler", "data_length", "to_device"]
+__all__ = [
+    "DataLoader",
+    "TorchData",
+    "adapt_batch_sampler",
+    "data_length",
+    "each_epoch",
+    "to_device",
+]
 
 TorchData = Union[dict[str, torch.Tensor], Sequence[torch.Tensor], torch.Tensor]
 
@@ -126,7 +136,8 @@ class DataLoader:
         epochs = self.build(seed=0, num_replicas=num_replicas, rank=rank)
         if not repeat:
             return epochs.loader_for(epoch=0, skip_batches=skip)
-        return epochs.loader_of(_RepeatEpochs(epochs, skip))
+        epoch, within = divmod(skip, len(epochs)) if len(epochs) else (0, 0)
+        return epochs.loader_of(_EpochsFrom(epochs, epoch, within))
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate epoch 0, as a torch ``DataLoader`` would (for use outside a trainer)."""
@@ -157,6 +168,12 @@ class _EpochLoader:
             self._sampler = EpochSampler(base, num_replicas, rank, pad=training)
             assert spec.batch_size is not None
             self._batches = BatchSampler(self._sampler, spec.batch_size, spec.drop_last)
+        # The order of every epoch is known without the global RNG: one loader can serve them
+        # all. A user's sampler may draw from the global RNG when an epoch's iteration starts,
+        # which a loader's prefetch would move: those keep a loader per epoch.
+        self._one_loader = spec.batch_sampler is None and (
+            spec.sampler is None or self._own_generator is not None
+        )
         self._len = len(self._batches)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
@@ -177,6 +194,18 @@ class _EpochLoader:
         """The torch loader yielding batches ``skip_batches..`` of ``epoch``."""
         return self.loader_of(self.batches_of(epoch, skip_batches), epoch)
 
+    def stream(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
+        """Every batch from ``skip_batches`` of ``epoch`` on, epoch after epoch, without end.
+
+        One torch loader serves all the epochs where ``_one_loader`` allows it, so its worker
+        processes start once per run instead of once per epoch; its worker seeds come from
+        ``epoch`` (where the run starts). Otherwise each epoch gets a fresh loader when it
+        starts, as ``loader_for``.
+        """
+        if self._one_loader:
+            return iter(self.loader_of(_EpochsFrom(self, epoch, skip_batches), epoch))
+        return each_epoch(self.loader_for, epoch, skip_batches)
+
     def loader_of(
         self, batch_sampler: Sampler[list[int]], epoch: int = 0
     ) -> torch.utils.data.DataLoader[Any]:
@@ -191,20 +220,34 @@ class _EpochLoader:
         )
 
 
-class _RepeatEpochs(Sampler[list[int]]):
-    """Epochs 0, 1, 2, ... of an ``_EpochLoader`` without end, the first ``skip`` batches
-    dropped once; ``len`` is one epoch's (as Determined's ``RepeatBatchSampler``)."""
+def each_epoch(
+    loader_for: Callable[[int, int], Iterable[Any]], epoch: int, skip_batches: int
+) -> Iterator[Any]:
+    """The batches of ``loader_for(epoch, skip_batches)``, then of every later epoch's loader."""
+    while True:
+        yield from loader_for(epoch, skip_batches)
+        epoch, skip_batches = epoch + 1, 0
 
-    def __init__(self, epochs: _EpochLoader, skip: int) -> None:
+
+class _EpochsFrom(Sampler[list[int]]):
+    """The index batches of an ``_EpochLoader`` from batch ``skip`` of ``epoch`` on, epoch after
+    epoch without end; ``len`` is one epoch's (as Determined's ``RepeatBatchSampler``). Each
+    epoch's batches are drawn when its first one is asked for, all at once, so the sampler's
+    position and generator are set for that epoch alone."""
+
+    def __init__(self, epochs: _EpochLoader, epoch: int, skip: int) -> None:
         self._epochs = epochs
+        self._epoch = epoch
         self._skip = skip
 
     def __iter__(self) -> Iterator[list[int]]:
-        def every_epoch() -> Iterator[list[int]]:
-            for epoch in itertools.count():
-                yield from list(self._epochs.batches_of(epoch))
-
-        return itertools.islice(every_epoch(), self._skip, None)
+        epoch, skip = self._epoch, self._skip
+        while True:
+            batches = list(self._epochs.batches_of(epoch, skip))
+            if not batches and not skip:
+                return  # an empty epoch: every later one is empty too
+            yield from batches
+            epoch, skip = epoch + 1, 0
 
     def __len__(self) -> int:
         return len(self._epochs)

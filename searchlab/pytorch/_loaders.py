@@ -9,7 +9,7 @@ import torch
 
 from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._context import PyTorchTrialContext
-from searchlab.pytorch._data import DataLoader
+from searchlab.pytorch._data import DataLoader, each_epoch
 
 __all__ = ["epoch_loader"]
 
@@ -52,3 +52,8 @@ class _TorchLoader:
         for _ in range(skip_batches):
             next(it, None)
         return it
+
+    def stream(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
+        """Every batch from ``skip_batches`` of ``epoch`` on: the loader iterated once per epoch
+        (its own ``persistent_workers`` decides whether its workers outlive an epoch)."""
+        return each_epoch(self.loader_for, epoch, skip_batches)

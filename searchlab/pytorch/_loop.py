@@ -223,9 +223,7 @@ class TrialLoop:
 
     def _batch_stream(self) -> Iterator[Any]:
         epoch, skip = divmod(self.batches_trained, self.epoch_len)
-        while True:
-            yield from self._train.loader_for(epoch, skip)
-            epoch, skip = epoch + 1, 0
+        return self._train.stream(epoch, skip)
 
     def _train_batch(self) -> None:
         ctx, b = self.context, self.batches_trained
