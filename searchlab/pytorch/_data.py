@@ -3,16 +3,18 @@
 The trainer builds torch ``DataLoader``s from the stored arguments, with an order that depends
 only on the trial seed and the epoch, sharded by rank, and skipping what was already trained on
 a resume. So a paused and resumed trial sees exactly the batches an uninterrupted one would,
-and the global RNG streams (dropout, augmentation) stay untouched. With searchlab's own
-samplers one loader serves every epoch of a run (its worker processes start once, as with
-Determined's ``RepeatBatchSampler``); a user's ``sampler`` or ``batch_sampler`` gets a fresh
-loader per epoch.
+and the global RNG streams (dropout, augmentation) stay untouched. Loader workers draw their
+random numbers from each batch's place in the run (``_worker_seed``). With
+``persistent_workers=True`` and searchlab's own samplers, one loader serves every epoch of a
+run, so its workers start once, as torch's own loop would keep them; otherwise each epoch
+gets a fresh loader, whose workers see the dataset as the trial left it at the epoch's start.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
@@ -22,6 +24,7 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler, Sampler, Sequ
 
 from searchlab.pytorch import samplers
 from searchlab.pytorch._errors import TrialTypeError, TrialValueError
+from searchlab.pytorch._worker_seed import SeedPerBatch, seeded_batches
 from searchlab.pytorch.samplers import EpochSampler, EpochShuffleSampler
 
 __all__ = [
@@ -136,8 +139,12 @@ class DataLoader:
         epochs = self.build(seed=0, num_replicas=num_replicas, rank=rank)
         if not repeat:
             return epochs.loader_for(epoch=0, skip_batches=skip)
-        epoch, within = divmod(skip, len(epochs)) if len(epochs) else (0, 0)
-        return epochs.loader_of(_EpochsFrom(epochs, epoch, within))
+        if epochs.stateless and len(epochs):  # any epoch's order can be drawn directly
+            epoch, within = divmod(skip, len(epochs))
+            return epochs.loader_of(_EpochsFrom(epochs, epoch, within))
+        # A user's sampler may carry state from epoch to epoch: go through the skipped ones.
+        every = _EpochsFrom(epochs, 0, 0)
+        return epochs.loader_of(_SkipBatches(every, skip, length=len(epochs)))
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate epoch 0, as a torch ``DataLoader`` would (for use outside a trainer)."""
@@ -145,6 +152,10 @@ class DataLoader:
 
     def __len__(self) -> int:
         return len(self.build(seed=0))
+
+
+# The users' RandomSamplers that searchlab gave a generator of its own.
+_GIVEN_GENERATORS: weakref.WeakSet[RandomSampler] = weakref.WeakSet()
 
 
 class _EpochLoader:
@@ -155,25 +166,35 @@ class _EpochLoader:
     ) -> None:
         self._spec = spec
         self._seed = seed
+        self._rank = rank
         self._own_generator: torch.Generator | None = None
         if spec.batch_sampler is not None:
             self._sampler: EpochSampler | None = None
             self._batches: Sampler[list[int]] = spec.batch_sampler
         else:
             base = spec._base_sampler(seed)
-            if isinstance(base, RandomSampler) and base.generator is None:
+            if isinstance(base, RandomSampler) and (
+                base.generator is None or base in _GIVEN_GENERATORS
+            ):
                 # torch's RandomSampler draws from the global RNG: give it its own stream,
-                # reseeded per epoch so that a resumed run draws the same order.
-                self._own_generator = base.generator = torch.Generator()
+                # reseeded per epoch so that a resumed run draws the same order. Every build
+                # of the description reseeds it (``len(loader)`` builds one too).
+                if base.generator is None:
+                    base.generator = torch.Generator()
+                    _GIVEN_GENERATORS.add(base)
+                self._own_generator = base.generator
             self._sampler = EpochSampler(base, num_replicas, rank, pad=training)
             assert spec.batch_size is not None
             self._batches = BatchSampler(self._sampler, spec.batch_size, spec.drop_last)
-        # The order of every epoch is known without the global RNG: one loader can serve them
-        # all. A user's sampler may draw from the global RNG when an epoch's iteration starts,
-        # which a loader's prefetch would move: those keep a loader per epoch.
-        self._one_loader = spec.batch_sampler is None and (
+        # Every epoch's order is known without the global RNG or a sampler's own state. (A
+        # user's sampler may draw from the global RNG when an epoch's iteration starts, which
+        # a loader's prefetch across the epoch's end would move.)
+        self.stateless = spec.batch_sampler is None and (
             spec.sampler is None or self._own_generator is not None
         )
+        kwargs = spec._loader_kwargs
+        self._one_loader = self.stateless and bool(kwargs["persistent_workers"])
+        self._seed_workers = training and int(kwargs["num_workers"]) > 0
         self._len = len(self._batches)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
@@ -195,25 +216,43 @@ class _EpochLoader:
         return self.loader_of(self.batches_of(epoch, skip_batches), epoch)
 
     def stream(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
-        """Every batch from ``skip_batches`` of ``epoch`` on, epoch after epoch, without end.
+        """The training batches from ``skip_batches`` of ``epoch`` on, epoch after epoch.
 
-        One torch loader serves all the epochs where ``_one_loader`` allows it, so its worker
-        processes start once per run instead of once per epoch; its worker seeds come from
-        ``epoch`` (where the run starts). Otherwise each epoch gets a fresh loader when it
-        starts, as ``loader_for``.
+        With ``persistent_workers`` and a stateless order, one torch loader serves every
+        epoch, so its workers start once per run; otherwise each epoch gets a fresh loader
+        when it starts. With workers, each batch's random numbers come from its place.
         """
         if self._one_loader:
-            return iter(self.loader_of(_EpochsFrom(self, epoch, skip_batches), epoch))
-        return each_epoch(self.loader_for, epoch, skip_batches)
+            return iter(self._training_loader(_EpochsFrom(self, epoch, skip_batches), epoch))
+        return each_epoch(
+            lambda e, s: self._training_loader(_OneEpoch(self, e, s), e), epoch, skip_batches
+        )
+
+    def seeded(self, batches: Iterable[list[int]], epoch: int, first: int) -> Iterable[list[int]]:
+        """``batches`` of ``epoch`` from its batch ``first``, seeded for loader workers."""
+        if not self._seed_workers:
+            return batches
+        return seeded_batches(batches, self._seed, self._rank, epoch, first)
+
+    def _training_loader(
+        self, batch_sampler: Sampler[list[int]], epoch: int
+    ) -> torch.utils.data.DataLoader[Any]:
+        dataset = self._spec.dataset
+        if self._seed_workers:
+            dataset = SeedPerBatch(dataset)
+        return self.loader_of(batch_sampler, epoch, dataset=dataset)
 
     def loader_of(
-        self, batch_sampler: Sampler[list[int]], epoch: int = 0
+        self,
+        batch_sampler: Sampler[list[int]],
+        epoch: int = 0,
+        dataset: Dataset[Any] | None = None,
     ) -> torch.utils.data.DataLoader[Any]:
         gen = torch.Generator()
         # Worker seeds come from this generator instead of the global RNG.
         gen.manual_seed(self._seed * 7_919 + epoch)
         return torch.utils.data.DataLoader(
-            self._spec.dataset,
+            self._spec.dataset if dataset is None else dataset,
             batch_sampler=batch_sampler,
             generator=gen,
             **self._spec._loader_kwargs,
@@ -227,6 +266,22 @@ def each_epoch(
     while True:
         yield from loader_for(epoch, skip_batches)
         epoch, skip_batches = epoch + 1, 0
+
+
+class _OneEpoch(Sampler[list[int]]):
+    """The index batches of ``epoch`` from batch ``skip``, drawn as the loader asks."""
+
+    def __init__(self, epochs: _EpochLoader, epoch: int, skip: int) -> None:
+        self._epochs = epochs
+        self._epoch = epoch
+        self._skip = skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self._epochs.batches_of(self._epoch, self._skip)
+        return iter(self._epochs.seeded(batches, self._epoch, self._skip))
+
+    def __len__(self) -> int:
+        return max(len(self._epochs) - self._skip, 0)
 
 
 class _EpochsFrom(Sampler[list[int]]):
@@ -246,7 +301,7 @@ class _EpochsFrom(Sampler[list[int]]):
             batches = list(self._epochs.batches_of(epoch, skip))
             if not batches and not skip:
                 return  # an empty epoch: every later one is empty too
-            yield from batches
+            yield from self._epochs.seeded(batches, epoch, skip)
             epoch, skip = epoch + 1, 0
 
     def __len__(self) -> int:
@@ -254,14 +309,19 @@ class _EpochsFrom(Sampler[list[int]]):
 
 
 class _SkipBatches(Sampler[list[int]]):
-    def __init__(self, batches: Sampler[list[int]], skip: int) -> None:
+    """``batches`` without the first ``skip``; ``len``: ``length``, else what is left."""
+
+    def __init__(self, batches: Sampler[list[int]], skip: int, length: int | None = None) -> None:
         self._batches = batches
         self._skip = skip
+        self._length = length
 
     def __iter__(self) -> Any:
         return itertools.islice(iter(self._batches), self._skip, None)
 
     def __len__(self) -> int:
+        if self._length is not None:
+            return self._length
         return max(len(self._batches) - self._skip, 0)  # type: ignore[arg-type]
 
 

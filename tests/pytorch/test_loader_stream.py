@@ -1,20 +1,26 @@
-"""One loader across epochs: its worker processes start once per run, the order stays exact."""
+"""Training loaders with workers: one loader across epochs with ``persistent_workers``, a fresh
+one per epoch without; either way, batches and their random augmentations resume exactly."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 from typing import Any
 
+import numpy as np
+import pytest
 import torch
 from api_trials import LinearTrial, train
-from torch.utils.data import BatchSampler, Dataset, SequentialSampler
+from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSampler
 
 from searchlab import pytorch
 from searchlab.pytorch import Batch
 
 
 class _WhoLoaded(Dataset[Any]):
-    """Item ``i`` of a regression set, with the id of the process that loaded it."""
+    """Item ``i`` of a regression set, augmented with noise from torch, NumPy and ``random``
+    in the process that loads it, and that process's id."""
 
     def __init__(self, n: int) -> None:
         g = torch.Generator().manual_seed(0)
@@ -25,12 +31,14 @@ class _WhoLoaded(Dataset[Any]):
         return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-        return self.x[i], self.y[i], i, os.getpid()
+        noise = 0.1 * torch.randn(3) + float(np.random.rand()) + random.random()
+        return self.x[i] + noise, self.y[i], i, os.getpid()
 
 
 class _WorkerTrial(LinearTrial):
-    """``LinearTrial`` on ``_WhoLoaded`` with 2 loader workers; notes each batch's indices and
-    the processes that loaded them. ``user_sampler``: a ``batch_sampler`` of the user's own."""
+    """``LinearTrial`` on ``_WhoLoaded``; notes each batch's indices and the processes that
+    loaded them. Hyperparameters: ``workers`` (2), ``persistent`` (True), ``user_sampler``
+    (a ``batch_sampler`` of the user's own)."""
 
     def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
         super().__init__(context)
@@ -40,10 +48,14 @@ class _WorkerTrial(LinearTrial):
     def build_training_data_loader(self) -> pytorch.DataLoader:
         data = _WhoLoaded(12)
         size = self.context.get_per_slot_batch_size()
+        workers = {
+            "num_workers": int(self.hp.get("workers", 2)),
+            "persistent_workers": bool(self.hp.get("persistent", True)),
+        }
         if self.hp.get("user_sampler"):
             batches = BatchSampler(SequentialSampler(data), size, drop_last=False)
-            return pytorch.DataLoader(data, batch_sampler=batches, num_workers=2)
-        return pytorch.DataLoader(data, batch_size=size, shuffle=True, num_workers=2)
+            return pytorch.DataLoader(data, batch_sampler=batches, **workers)
+        return pytorch.DataLoader(data, batch_size=size, shuffle=True, **workers)
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
         x, y, index, pid = batch
@@ -55,7 +67,7 @@ class _WorkerTrial(LinearTrial):
 HP = {"global_batch_size": 4}  # 3 batches per epoch
 
 
-def test_one_loader_serves_every_epoch_of_a_run(tmp_path) -> None:
+def test_persistent_workers_serve_every_epoch_of_a_run(tmp_path) -> None:
     run = train(tmp_path, HP, trial_cls=_WorkerTrial, max_length=Batch(9))  # 3 epochs
     assert len(run.trial.seen) == 9
     assert len(run.trial.loaders) == 2  # the same 2 workers for the 3 epochs
@@ -63,6 +75,17 @@ def test_one_loader_serves_every_epoch_of_a_run(tmp_path) -> None:
     epochs = [sorted(i for b in run.trial.seen[e * 3 : e * 3 + 3] for i in b) for e in range(3)]
     assert epochs == [list(range(12))] * 3
     assert run.trial.seen[:3] != run.trial.seen[3:6]  # reshuffled per epoch
+
+
+def test_without_persistent_workers_each_epoch_starts_its_own(tmp_path) -> None:
+    # As torch's own loop: a new iteration of a loader without persistent workers starts new
+    # workers, which copy the dataset as the trial left it at the epoch's start.
+    hp = {**HP, "persistent": False}
+    run = train(tmp_path, hp, trial_cls=_WorkerTrial, max_length=Batch(9))
+    assert len(run.trial.loaders) == 6
+    persistent = train(tmp_path / "p", HP, trial_cls=_WorkerTrial, max_length=Batch(9))
+    assert run.trial.seen == persistent.trial.seen
+    assert torch.equal(run.trial.weights[-1], persistent.trial.weights[-1])
 
 
 def test_a_user_batch_sampler_keeps_a_loader_per_epoch(tmp_path) -> None:
@@ -73,19 +96,31 @@ def test_a_user_batch_sampler_keeps_a_loader_per_epoch(tmp_path) -> None:
     assert len(run.trial.loaders) == 4  # 2 workers in each of the 2 epochs
 
 
-def test_resumed_anywhere_the_batches_are_the_uninterrupted_ones(tmp_path) -> None:
-    whole = train(tmp_path / "whole", HP, trial_cls=_WorkerTrial, max_length=Batch(9))
-    for pause in (2, 3, 4, 7):  # mid-epoch, at an epoch's end, just after, in the last epoch
-        first = train(tmp_path / f"a{pause}", HP, trial_cls=_WorkerTrial, max_length=Batch(pause))
+@pytest.mark.parametrize("persistent", [True, False])
+def test_resumed_anywhere_batches_and_augmentations_are_the_uninterrupted_ones(
+    tmp_path, persistent
+) -> None:
+    hp = {**HP, "persistent": persistent}
+    whole = train(tmp_path / "whole", hp, trial_cls=_WorkerTrial, max_length=Batch(9))
+    for pause in (1, 2, 3, 4, 7):  # mid-epoch, at an epoch's end, just after, the last epoch
+        first = train(tmp_path / f"a{pause}", hp, trial_cls=_WorkerTrial, max_length=Batch(pause))
         rest = train(
             tmp_path / f"b{pause}",
-            HP,
+            hp,
             trial_cls=_WorkerTrial,
             max_length=Batch(9),
             latest_checkpoint=first.path,
         )
         assert first.trial.seen + rest.trial.seen == whole.trial.seen, pause
+        # The noise each batch got in its worker is the same: so are the weights.
         assert torch.equal(rest.trial.weights[-1], whole.trial.weights[-1]), pause
+
+
+def test_a_batch_gets_the_same_augmentation_whichever_worker_loads_it(tmp_path) -> None:
+    one = train(tmp_path / "1", {**HP, "workers": 1}, trial_cls=_WorkerTrial, max_length=Batch(6))
+    two = train(tmp_path / "2", HP, trial_cls=_WorkerTrial, max_length=Batch(6))
+    assert one.trial.seen == two.trial.seen
+    assert torch.equal(one.trial.weights[-1], two.trial.weights[-1])
 
 
 def test_a_repeating_torch_loader_skips_across_epochs() -> None:
@@ -97,3 +132,34 @@ def test_a_repeating_torch_loader_skips_across_epochs() -> None:
     got = [[int(i) for i in b] for (b,), _ in zip(repeating, range(6))]
     assert got == order[5:11]
     assert len(repeating) == len(epochs) == 4
+
+
+def test_a_repeating_loader_with_a_stateful_user_sampler_goes_through_the_skipped_epochs() -> None:
+    # The sampler's generator runs on from epoch to epoch: epoch 2's order exists only after
+    # epochs 0 and 1 were drawn.
+    def loader() -> pytorch.DataLoader:
+        data = torch.utils.data.TensorDataset(torch.arange(9))
+        sampler = RandomSampler(data, generator=torch.Generator().manual_seed(1))
+        return pytorch.DataLoader(data, batch_sampler=BatchSampler(sampler, 3, False))
+
+    def take(torch_loader: Any, n: int) -> list[list[int]]:
+        return [[int(i) for i in b] for (b,) in itertools.islice(torch_loader, n)]
+
+    whole = take(loader().get_data_loader(repeat=True), 10)
+    assert whole[6:9] != whole[0:3]  # epochs differ
+    for skip in (2, 3, 7):
+        assert take(loader().get_data_loader(repeat=True, skip=skip), 3) == whole[skip : skip + 3]
+
+
+def test_a_users_random_sampler_is_reseeded_by_every_build() -> None:
+    # ``len(loader)`` in build_training_data_loader (to size a schedule) builds it first.
+    data = torch.utils.data.TensorDataset(torch.arange(10))
+    loader = pytorch.DataLoader(data, batch_size=3, sampler=RandomSampler(data))
+    assert len(loader) == 4
+    epochs = loader.build(seed=5)
+    assert epochs.stateless
+    torch.manual_seed(0)
+    first = [[int(i) for i in b] for (b,) in epochs.loader_for(1)]
+    torch.manual_seed(123)
+    again = [[int(i) for i in b] for (b,) in loader.build(seed=5).loader_for(1)]
+    assert again == first
