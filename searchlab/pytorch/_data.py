@@ -222,16 +222,18 @@ class _EpochLoader:
         epoch, so its workers start once per run; otherwise each epoch gets a fresh loader
         when it starts. With workers, each batch's random numbers come from its place.
         """
+        seed = self._seed_workers
         if self._one_loader:
-            return iter(self._training_loader(_EpochsFrom(self, epoch, skip_batches), epoch))
+            epochs = _EpochsFrom(self, epoch, skip_batches, seed=seed)
+            return iter(self._training_loader(epochs, epoch))
         return each_epoch(
-            lambda e, s: self._training_loader(_OneEpoch(self, e, s), e), epoch, skip_batches
+            lambda e, s: self._training_loader(_OneEpoch(self, e, s, seed=seed), e),
+            epoch,
+            skip_batches,
         )
 
     def seeded(self, batches: Iterable[list[int]], epoch: int, first: int) -> Iterable[list[int]]:
         """``batches`` of ``epoch`` from its batch ``first``, seeded for loader workers."""
-        if not self._seed_workers:
-            return batches
         return seeded_batches(batches, self._seed, self._rank, epoch, first)
 
     def _training_loader(
@@ -271,14 +273,17 @@ def each_epoch(
 class _OneEpoch(Sampler[list[int]]):
     """The index batches of ``epoch`` from batch ``skip``, drawn as the loader asks."""
 
-    def __init__(self, epochs: _EpochLoader, epoch: int, skip: int) -> None:
+    def __init__(self, epochs: _EpochLoader, epoch: int, skip: int, *, seed: bool = False) -> None:
         self._epochs = epochs
         self._epoch = epoch
         self._skip = skip
+        self._seed = seed  # tag each batch with its seed (a training loader with workers)
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = self._epochs.batches_of(self._epoch, self._skip)
-        return iter(self._epochs.seeded(batches, self._epoch, self._skip))
+        batches: Iterable[list[int]] = self._epochs.batches_of(self._epoch, self._skip)
+        if self._seed:
+            batches = self._epochs.seeded(batches, self._epoch, self._skip)
+        return iter(batches)
 
     def __len__(self) -> int:
         return max(len(self._epochs) - self._skip, 0)
@@ -290,10 +295,11 @@ class _EpochsFrom(Sampler[list[int]]):
     epoch's batches are drawn when its first one is asked for, all at once, so the sampler's
     position and generator are set for that epoch alone."""
 
-    def __init__(self, epochs: _EpochLoader, epoch: int, skip: int) -> None:
+    def __init__(self, epochs: _EpochLoader, epoch: int, skip: int, *, seed: bool = False) -> None:
         self._epochs = epochs
         self._epoch = epoch
         self._skip = skip
+        self._seed = seed  # tag each batch with its seed (a training loader with workers)
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch, skip = self._epoch, self._skip
@@ -301,7 +307,7 @@ class _EpochsFrom(Sampler[list[int]]):
             batches = list(self._epochs.batches_of(epoch, skip))
             if not batches and not skip:
                 return  # an empty epoch: every later one is empty too
-            yield from self._epochs.seeded(batches, epoch, skip)
+            yield from self._epochs.seeded(batches, epoch, skip) if self._seed else batches
             epoch, skip = epoch + 1, 0
 
     def __len__(self) -> int:
