@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -66,11 +67,16 @@ def run_tuner(
                 with _interrupt_handler(parts.control, echo):
                     try:
                         tuner.fit()
-                    except Exception:
+                    except Exception as exc:
                         _raise_restore_failure(
                             parts.control, tune_messages.restore_failure, exp_dir
                         )
-                        if parts.recorder.write_error is None:
+                        if parts.control.interrupted and _in_result_grid(exc):
+                            # Tune ended and saved its state; only its ResultGrid (searchlab
+                            # reads its own records) failed: a trial created just before
+                            # Ctrl-C never got a directory. The run is paused, as asked.
+                            pass
+                        elif parts.recorder.write_error is None:
                             raise
                         # A full disk: Tune saved its state, then failed reading back the
                         # files it could not write; the run is paused, which is reported.
@@ -189,6 +195,12 @@ def _trials_that_fit(
     fit = min(int(float(cluster.get(k, 0)) // v) for k, v in needs.items() if v > 0)
     concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or fit
     return max(1, min(fit, concurrency))
+
+
+def _in_result_grid(exc: BaseException) -> bool:
+    """Was ``exc`` raised while Tune built the ``ResultGrid`` at the end of ``fit``?"""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(pathlib.PurePath(f.filename).name == "result_grid.py" for f in frames)
 
 
 def _new_tuner(cfg: ExperimentConfig, exp_dir: pathlib.Path, parts: _TunerParts) -> Any:
