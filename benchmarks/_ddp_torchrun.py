@@ -206,6 +206,7 @@ def main() -> None:
 
     sync(device)
     start = time.perf_counter()
+    timed_began_unix = time.time()
     mark()
     for i in range(n):
         losses.append(step())
@@ -213,6 +214,7 @@ def main() -> None:
             mark()
     sync(device)
     timed_s = time.perf_counter() - start
+    timed_ended_unix = time.time()
 
     if cuda:
         gaps = [a.elapsed_time(b) / 1000 for a, b in itertools.pairwise(events)]
@@ -237,6 +239,8 @@ def main() -> None:
             "samples_per_s": n * global_batch / timed_s,
             "timed_batches": n,
             "timed_s": timed_s,
+            "timed_began_unix": timed_began_unix,
+            "timed_ended_unix": timed_ended_unix,
             "window_batches": window,
             "window_samples_per_s": [b * global_batch / g for b, g in zip(sizes, gaps)],
             "calibration_samples_per_s": calibration_rate * global_batch,

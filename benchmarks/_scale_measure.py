@@ -154,9 +154,14 @@ class GpuSampler:
     shift the samples in time; the receipt time is kept to check the clock.
     """
 
-    def __init__(self, indices: Iterable[int], period_ms: int = 200) -> None:
+    def __init__(
+        self, indices: Iterable[int], period_ms: int = 200, extra: Iterable[str] = ()
+    ) -> None:
         self.indices = set(indices)
         self.period_ms = period_ms
+        # More nvidia-smi fields (``clocks.sm``, ``temperature.gpu``, ...): each sample keeps
+        # them under the name with "." as "_", as numbers (None for "[N/A]").
+        self.extra = tuple(extra)
         self.samples: list[dict[str, Any]] = []
         self._proc: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
@@ -168,7 +173,7 @@ class GpuSampler:
             return False
         cmd = [
             smi,
-            f"--query-gpu={SMI_FIELDS}",
+            "--query-gpu=" + ",".join((SMI_FIELDS, *self.extra)),
             "--format=csv,noheader,nounits",
             "-lms",
             str(self.period_ms),
@@ -185,7 +190,7 @@ class GpuSampler:
         for line in self._proc.stdout:
             received = time.time()
             parts = [p.strip() for p in line.split(",")]
-            if len(parts) != 5 or not parts[1].isdigit():
+            if len(parts) != 5 + len(self.extra) or not parts[1].isdigit():
                 continue
             stamp = _parse_stamp(parts[0])
             if stamp is not None:
@@ -200,6 +205,10 @@ class GpuSampler:
                     "index": index,
                     "util": _num(parts[3]),
                     "mem_mib": _num(parts[4]),
+                    **{
+                        name.replace(".", "_"): _num(value)
+                        for name, value in zip(self.extra, parts[5:])
+                    },
                 }
             )
 

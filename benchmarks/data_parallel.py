@@ -10,9 +10,13 @@ autocast, channels-last, and a loader per GPU with ``--num-workers`` 4 workers, 
 ``drop_last``, non-blocking copies and a shuffled shard of the data for each rank. One epoch
 covers each run on both sides (the 50,000 images repeat), so no loader restarts inside it.
 
-The two sides run alternately, ``--rounds`` R times each (default 2; ``--smoke``: 1):
-torchrun, searchlab, torchrun, searchlab, ... Each round pairs one run of each side, so slow
-drift of a shared machine hits both sides of a pair about equally.
+The two sides run alternately, ``--rounds`` R times each (default 2; ``--smoke``: 1). Each
+round pairs one run of each side; torchrun runs first in odd rounds and searchlab first in even
+ones (``--order alternate``; ``torchrun-first`` is the order of runs before 2026-11-27), so a
+drift over the benchmark (in the 2x H100 run of 2026-11-26, torchrun's rate fell from 31.1k to
+27.4k samples/s over three rounds) hits each side as often in first place as in second. On GPU,
+``nvidia-smi`` is sampled every 250 ms, and each run's ``gpu_state`` gives the median SM clock,
+utilisation and power and the hottest temperature over its timed window.
 
 1. **torchrun**: ``python -m torch.distributed.run --standalone --nproc_per_node=G
    benchmarks/_ddp_torchrun.py`` (plain PyTorch: ``DistributedDataParallel``,
@@ -78,6 +82,7 @@ from typing import Any
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import environment
+from _scale_measure import GpuSampler
 from model_def import HPARAM_DEFAULTS
 
 import searchlab
@@ -87,6 +92,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "_ddp_torchrun.py"
 RESULTS = HERE / "results"  # data_parallel_<G>gpu.json
 TARGET = 0.95
+# Beside _scale_measure's fields: is a side's GPU clocked down (heat, power cap) in its window?
+SMI_EXTRA = ("clocks.sm", "temperature.gpu", "power.draw")
 # The torchrun run's epoch must hold every batch it may train before N is known: N is capped
 # at this rate times --seconds (far above what ResNet-18 at 256 per GPU reaches).
 MAX_BATCHES_PER_S = 150
@@ -338,6 +345,8 @@ def run_searchlab(
         "samples_per_s": float((done[-1] - done[0]) * global_batch / (times[-1] - times[0])),
         "timed_batches": int(done[-1] - done[0]),
         "timed_s": float(times[-1] - times[0]),
+        "timed_began_unix": float(times[0]),
+        "timed_ended_unix": float(times[-1]),
         "window_batches": args.report_every,
         "window_samples_per_s": [
             float((b1 - b0) * global_batch / (t1 - t0))
@@ -383,6 +392,28 @@ def detail(side: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in side.items() if k not in DETAIL_DROPS}
 
 
+def gpu_state(samples: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any] | None:
+    """nvidia-smi's view of the GPUs in [t0, t1] (unix s): medians of SM clock (MHz),
+    utilisation (%) and power (W) over all samples of the GPUs in use, and the hottest
+    temperature (C). None without samples (no nvidia-smi, --smoke)."""
+    inside = [x for x in samples if t0 <= x["t"] <= t1]
+    if not inside:
+        return None
+
+    def median(key: str) -> float | None:
+        values = [x[key] for x in inside if x.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    temps = [x["temperature_gpu"] for x in inside if x.get("temperature_gpu") is not None]
+    return {
+        "samples": len(inside),
+        "sm_clock_mhz": median("clocks_sm"),
+        "util_pct": median("util"),
+        "power_w": median("power_draw"),
+        "temperature_max_c": max(temps) if temps else None,
+    }
+
+
 def run_rounds(
     args: argparse.Namespace,
     gpus: int,
@@ -391,48 +422,65 @@ def run_rounds(
     tmp: pathlib.Path,
     began: float,
 ) -> list[dict[str, Any]]:
-    """torchrun, searchlab, torchrun, searchlab, ...: ``--rounds`` pairs on one Ray."""
+    """``--rounds`` pairs on one Ray: torchrun first in odd rounds, searchlab first in even ones
+    (``--order alternate``, the default), so a drift over the run (a GPU warming up, a
+    neighbour's load) hits each side as often in first place as in second."""
     nccl_dir = tmp / "nccl-searchlab"
     started = start_ray(gpus, nccl_log_env(nccl_dir))
+    sampler = GpuSampler(range(gpus), period_ms=250, extra=SMI_EXTRA)
+    sampling = torch.cuda.is_available() and sampler.start()
     rounds: list[dict[str, Any]] = []
     n = args.batches  # 0 until the first torchrun run has picked it
     what = "GPUs" if not args.smoke else "CPU processes"
+    searched = False  # a search has run: wait for its actors before the next torchrun
     try:
         for i in range(1, args.rounds + 1):
             tag = f"round {i}/{args.rounds}"
-            settle = wait_for_ray_resources() if i > 1 else 0.0
-            print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
-            ddp_began = time.time() - began
-            ddp = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
-            ddp.update(began_s=ddp_began, ray_settle_s=settle)
-            if not n:
-                n = int(ddp["timed_batches"])
-            if ddp["timed_batches"] != n:
-                raise RuntimeError(f"torchrun timed {ddp['timed_batches']} batches, not {n}")
-            print(
-                f"{tag}: torchrun: {ddp['samples_per_s']:.0f} samples/s over {n} batches "
-                f"({ddp['timed_s']:.1f} s; launch to exit {ddp['launch_wall_s']:.0f} s)",
-                flush=True,
-            )
-            print(f"{tag}: searchlab: {gpus}-worker trial, {args.report_every + n} batches ...")
-            ours_began = time.time() - began
-            ours = run_searchlab(args, gpus, root, epoch_images, n, tmp, i, nccl_dir)
-            ours["began_s"] = ours_began
-            if ours["timed_batches"] != n:
-                raise RuntimeError(f"searchlab timed {ours['timed_batches']} batches, not {n}")
-            ratio = ours["samples_per_s"] / ddp["samples_per_s"]
-            print(
-                f"{tag}: searchlab: {ours['samples_per_s']:.0f} samples/s over "
-                f"{ours['timed_batches']} batches ({ours['timed_s']:.1f} s; search took "
-                f"{ours['experiment_wall_s']:.0f} s); pair ratio {ratio:.3f}; waits between "
-                f"a report and the next batch: median {ours['report_gap_s']['median'] * 1e3:.1f}"
-                f" ms, {ours['report_gap_s']['share_of_timed']:.1%} of the timed time",
-                flush=True,
-            )
-            for side in (ours, ddp):
+            first = "searchlab" if args.order == "alternate" and i % 2 == 0 else "torchrun"
+            sides: dict[str, dict[str, Any]] = {}
+            for name in (first, "searchlab" if first == "torchrun" else "torchrun"):
+                side_began = time.time() - began
+                if name == "torchrun":
+                    settle = wait_for_ray_resources() if searched else 0.0
+                    print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
+                    side = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
+                    side.update(ray_settle_s=settle)
+                    if not n:
+                        n = int(side["timed_batches"])
+                    print(
+                        f"{tag}: torchrun: {side['samples_per_s']:.0f} samples/s over {n} "
+                        f"batches ({side['timed_s']:.1f} s; launch to exit "
+                        f"{side['launch_wall_s']:.0f} s)",
+                        flush=True,
+                    )
+                else:
+                    total = args.report_every + n
+                    print(f"{tag}: searchlab: {gpus}-worker trial, {total} batches ...")
+                    side = run_searchlab(args, gpus, root, epoch_images, n, tmp, i, nccl_dir)
+                    searched = True
+                    print(
+                        f"{tag}: searchlab: {side['samples_per_s']:.0f} samples/s over "
+                        f"{side['timed_batches']} batches ({side['timed_s']:.1f} s; search "
+                        f"took {side['experiment_wall_s']:.0f} s); waits between a report and "
+                        f"the next batch: median {side['report_gap_s']['median'] * 1e3:.1f} ms,"
+                        f" {side['report_gap_s']['share_of_timed']:.1%} of the timed time",
+                        flush=True,
+                    )
+                if side["timed_batches"] != n:
+                    raise RuntimeError(f"{name} timed {side['timed_batches']} batches, not {n}")
+                side["began_s"] = side_began
                 side["window_stats"] = window_stats(side["window_samples_per_s"])
-            rounds.append({"round": i, "pair_ratio": ratio, "torchrun": ddp, "searchlab": ours})
+                if sampling:
+                    side["gpu_state"] = gpu_state(
+                        sampler.samples, side["timed_began_unix"], side["timed_ended_unix"]
+                    )
+                sides[name] = side
+            ratio = sides["searchlab"]["samples_per_s"] / sides["torchrun"]["samples_per_s"]
+            print(f"{tag}: pair ratio {ratio:.3f} ({first} ran first)", flush=True)
+            rounds.append({"round": i, "first": first, "pair_ratio": ratio, **sides})
     finally:
+        if sampling:
+            sampler.stop()
         if started:
             import ray
 
@@ -460,6 +508,11 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
         "searchlab_samples_per_s": statistics.median(s["samples_per_s"] for s in side("searchlab")),
         "torchrun_samples_per_s": statistics.median(s["samples_per_s"] for s in side("torchrun")),
         "pair_ratios": pairs,
+        # An order effect shows as a gap between these two lists.
+        "pair_ratios_by_first": {
+            name: [r["pair_ratio"] for r in rounds if r.get("first", "torchrun") == name]
+            for name in ("torchrun", "searchlab")
+        },
         "pooled_ratio": pooled("searchlab") / pooled("torchrun"),
         "window_median_ratio": windows("searchlab") / windows("torchrun"),
         "rounds": len(rounds),
@@ -469,7 +522,7 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
         "global_batch": global_batch,
         "timed_batches": rounds[0]["torchrun"]["timed_batches"],
         "measure": (
-            "samples/s over the same N batches after warm-up; sides alternate, torchrun first; "
+            "samples/s over the same N batches after warm-up; sides alternate (see config.order); "
             "ratio = median over rounds of searchlab/torchrun in the same round (see docstring)"
         ),
     }
@@ -524,7 +577,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "torchrun_calibration": args.calibration,
             "seconds": args.seconds,
             "rounds": args.rounds,
-            "order": "torchrun, searchlab, torchrun, searchlab, ... (one Ray for all searches)",
+            "order": (
+                "torchrun first in odd rounds, searchlab first in even rounds"
+                if args.order == "alternate"
+                else "torchrun first in every round"
+            )
+            + " (one Ray for all searches)",
             "timed_batches": n,
             "searchlab_batches": r + n,
             "cpus_per_worker": args.cpus_per_worker,
@@ -545,22 +603,29 @@ def print_table(result: dict[str, Any]) -> None:
         f"{s['global_batch']}, {s['timed_batches']} timed batches per run; samples/s, window "
         "median (min-max), mean loss"
     )
-    head = f"{'samples/s':>9}  {'window med (min-max)':>22}  {'loss':>6}"
-    print(f"{'round':<6}  {'torchrun ' + head:>49}  |  {'searchlab ' + head:>50}  |  {'ratio':>5}")
+    head = f"{'samples/s':>9}  {'window med (min-max)':>22}  {'loss':>6}  {'SM MHz':>6}"
+    print(
+        f"{'round':<6}  {'torchrun ' + head:>57}  |  {'searchlab ' + head:>58}  |  "
+        f"{'ratio':>5}  first"
+    )
 
     def cells(side: dict[str, Any]) -> str:
         w = side["window_stats"]
         spread = f"{w['median']:.0f} ({w['min']:.0f}-{w['max']:.0f})"
-        return f"{side['samples_per_s']:>9.0f}  {spread:>22}  {side['loss_mean']:>6.3f}"
+        clock = (side.get("gpu_state") or {}).get("sm_clock_mhz")
+        clock_cell = f"{clock:>6.0f}" if clock is not None else f"{'-':>6}"
+        return (
+            f"{side['samples_per_s']:>9.0f}  {spread:>22}  {side['loss_mean']:>6.3f}  {clock_cell}"
+        )
 
     for r in result["rounds_detail"]:
         print(
             f"{r['round']:<6}  {' ' * 9}{cells(r['torchrun'])}  |  {' ' * 10}"
-            f"{cells(r['searchlab'])}  |  {r['pair_ratio']:>5.3f}"
+            f"{cells(r['searchlab'])}  |  {r['pair_ratio']:>5.3f}  {r.get('first', 'torchrun')}"
         )
     print(
-        f"{'median':<6}  {' ' * 9}{s['torchrun_samples_per_s']:>9.0f}{' ' * 32}  |  {' ' * 10}"
-        f"{s['searchlab_samples_per_s']:>9.0f}{' ' * 32}  |  {s['searchlab_over_torchrun']:>5.3f}"
+        f"{'median':<6}  {' ' * 9}{s['torchrun_samples_per_s']:>9.0f}{' ' * 40}  |  {' ' * 10}"
+        f"{s['searchlab_samples_per_s']:>9.0f}{' ' * 40}  |  {s['searchlab_over_torchrun']:>5.3f}"
     )
     verdict = "meets" if s["meets_target"] else "MISSES"
     pairs = ", ".join(f"{p:.3f}" for p in s["pair_ratios"])
@@ -589,7 +654,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rounds",
         type=int,
         default=None,
-        help="runs of each side, alternating torchrun first (default 2; --smoke: 1)",
+        help="runs of each side (default 2; --smoke: 1)",
+    )
+    parser.add_argument(
+        "--order",
+        choices=("alternate", "torchrun-first"),
+        default="alternate",
+        help="which side runs first in a round: torchrun in odd rounds and searchlab in even "
+        "ones (alternate), or torchrun always (the order of the runs before 2026-11-27)",
     )
     parser.add_argument(
         "--report-every", type=int, default=100, help="scheduling_unit; N is a multiple"
