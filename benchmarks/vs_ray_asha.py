@@ -3,6 +3,17 @@
     PYTHONPATH=. python benchmarks/vs_ray_asha.py                 # GPU, ~10 min
     PYTHONPATH=. python benchmarks/vs_ray_asha.py --quick         # CPU, tiny model, ~3 min
     PYTHONPATH=. python benchmarks/vs_ray_asha.py --gpus 2        # one trial per GPU
+    PYTHONPATH=. python benchmarks/vs_ray_asha.py --gpus 2 --slots 2   # 2-GPU DDP trials
+
+With ``--slots S`` (> 1), each trial trains data-parallel on S GPUs, ``--gpus`` / S trials at
+a time: searchlab with ``resources.slots_per_trial: S`` (its DDP workers in a placement
+group), Ray with Ray Train V2's pattern for tuning a multi-GPU trial, a Tune function
+trainable per trial that runs a ``TorchTrainer`` of S workers (``prepare_model``,
+``prepare_data_loader``) and reports through ``TuneReportCallback``; Ray's ASHA stops the
+function, and Tune cannot reuse its actors. Ray's side needs ``ray[default]`` there. Each GPU
+trains the same per-GPU batch as a one-GPU trial; efficiency counts per-GPU batches against
+the one-GPU solo rate times the GPUs, and ``in_trial_rate`` compares a window's steps per
+second with the one-GPU solo rate (1.0: DDP costs nothing).
 
 The same training step (``asha_model/asha_def.py:TrainStep``: ResNet-18, batch 256, bf16,
 SGD; ``--quick``: a tiny CNN) runs through Ray Tune's ``ASHAScheduler`` with its best
@@ -75,7 +86,14 @@ QUICK_WORKLOADS = {
 }
 
 
-CONCURRENT = [1]  # trials at once: one per GPU (``--gpus``)
+CONCURRENT = [1]  # trials at once: ``--gpus`` // ``--slots``
+SLOTS = [1]  # GPUs per trial (``--slots``): more than one is a data-parallel trial
+
+
+def _cpus() -> float:
+    """CPUs per trial process: 1, or 0.5 for data-parallel trials without a GPU, so that a
+    2-CPU machine holds a 2-worker trial and its coordinator (``--quick``)."""
+    return 0.5 if SLOTS[0] > 1 and not torch.cuda.is_available() else 1.0
 
 
 def learning_rates(n: int, seed: int = 0) -> list[float]:
@@ -148,6 +166,67 @@ class RayAshaTrainable(tune.Trainable):
         return True
 
 
+def ray_train_trial(config: dict[str, Any]) -> None:
+    """One data-parallel trial on Ray's side: a Tune function trainable that runs a Ray Train
+    ``TorchTrainer`` with ``slots`` GPU workers (Ray Train V2's way to tune a multi-GPU
+    trial). Rank 0's reports reach Tune through ``TuneReportCallback``; ASHA stops the trial
+    by stopping this function, and the trainer's workers go with it."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    slots = int(config["slots"])
+    trainer = TorchTrainer(
+        _ray_train_loop,
+        train_loop_config=config,
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=slots,
+            use_gpu=torch.cuda.is_available(),
+            resources_per_worker={
+                "CPU": _cpus(),
+                **({"GPU": 1} if torch.cuda.is_available() else {}),
+            },
+        ),
+        run_config=ray.train.RunConfig(
+            name=f"train-{time.time_ns()}",
+            storage_path=config["storage"],
+            callbacks=[TuneReportCallback()],
+        ),
+    )
+    trainer.fit()
+
+
+def _ray_train_loop(config: dict[str, Any]) -> None:
+    """Each Ray Train worker: the same ``TrainStep``, its model in DDP (``prepare_model``) and,
+    with a loader, Ray's ``DistributedSampler`` (``prepare_data_loader``)."""
+    import ray.train
+    import ray.train.torch
+    from asha_def import TrainStep, Window
+
+    device = ray.train.torch.get_device()
+    step = TrainStep(config, device, seed=0)
+    step.forward_model = ray.train.torch.prepare_model(step.model, move_to_device=False)
+    window = Window(device, step)
+    every, total = int(config["report_every"]), int(config["max_batches"])
+    loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
+    loader = ray.train.torch.prepare_data_loader(loader, move_to_device=False)
+    it = _forever(loader)
+    for batches in range(every, total + 1, every):
+        losses = []
+        for _ in range(every):
+            batch = next(it)
+            window.batch_started()
+            loss = step.loss(*step.inputs(batch))
+            step.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            step.opt.step()
+            losses.append(loss.detach())
+        out = {"batches": batches, "loss": float(torch.stack(losses).float().mean())}
+        out.update(window.close())
+        out["validation_loss"] = step.validate()
+        ray.train.report(out)
+
+
 def solo_rate(hp: dict[str, Any], batches: int) -> float:
     """Batches per second of a hand-written loop of the same step (after a warm-up), in a Ray
     worker with a trial's resources (threads, GPU), as the trials run."""
@@ -196,15 +275,21 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
         time_attr="batches", max_t=rungs[-1], grace_period=rungs[0], reduction_factor=2
     )
     collect = _Collect()
+    space = {**hp, "report_every": work["report_every"], "lr": tune.grid_search(lrs)}
+    if SLOTS[0] > 1:  # the trainer's workers hold the GPUs; the function only waits on them
+        trainable = tune.with_resources(ray_train_trial, {"cpu": _cpus()})
+        space.update(slots=SLOTS[0], max_batches=rungs[-1], storage=storage)
+    else:
+        trainable = tune.with_resources(RayAshaTrainable, {"cpu": 1, "gpu": gpu})
     began = time.time()
     tuner = tune.Tuner(
-        tune.with_resources(RayAshaTrainable, {"cpu": 1, "gpu": gpu}),
-        param_space={**hp, "report_every": work["report_every"], "lr": tune.grid_search(lrs)},
+        trainable,
+        param_space=space,
         tune_config=tune.TuneConfig(
             metric="validation_loss",
             mode="min",
             scheduler=scheduler,
-            reuse_actors=True,
+            reuse_actors=SLOTS[0] == 1,  # a function trainable cannot be reused
             max_concurrent_trials=CONCURRENT[0],
         ),
         run_config=tune.RunConfig(
@@ -219,7 +304,7 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
     tuner.fit()
     wall = time.time() - began
     windows = [_window(tid, row, work["report_every"]) for tid, row in collect.rows]
-    return {"wall_s": wall, "began": began, "windows": windows}
+    return {"wall_s": wall, "began": began, "windows": windows, "slots": SLOTS[0]}
 
 
 class _Collect(tune.Callback):
@@ -243,7 +328,7 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         "entrypoint": "asha_def:AshaTrial",
         "hyperparameters": {
             **hp,
-            "global_batch_size": hp.get("batch", 256),
+            "global_batch_size": hp.get("batch", 256) * SLOTS[0],
             "lr": {"type": "categorical", "vals": lrs},
         },
         "searcher": {
@@ -256,7 +341,7 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
             "max_rungs": len(rungs),
             "max_concurrent_trials": CONCURRENT[0],
         },
-        "resources": {"cpus_per_trial": 1},
+        "resources": {"cpus_per_trial": _cpus(), "slots_per_trial": SLOTS[0]},
         "scheduling_unit": work["report_every"],
         "max_restarts": 0,
         "reproducibility": {"experiment_seed": 0},
@@ -271,7 +356,7 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
     timing = _searchlab_checkpoint_times(results)
-    return {"wall_s": wall, "began": began, "windows": windows, **timing}
+    return {"wall_s": wall, "began": began, "windows": windows, "slots": SLOTS[0], **timing}
 
 
 def _searchlab_with(env: dict[str, str]) -> Any:
@@ -330,9 +415,15 @@ def _window(trial_id: str, row: dict[str, Any], every: int) -> dict[str, Any]:
 
 
 def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
+    """A run's figures against ``rate``, one GPU's solo batches per second. A data-parallel
+    trial (``slots`` > 1) trains ``slots`` per-GPU batches per step, and its trials follow each
+    other on one lane (its rank 0 may move between GPUs)."""
+    slots = int(run.get("slots", 1))
     windows = sorted(run["windows"], key=lambda w: w["w_start"])
-    trained = sum(w["n"] for w in windows)
-    gpus = max(len({w.get("gpu", -1.0) for w in windows}), 1)
+    if slots > 1:
+        windows = [{**w, "gpu": 0.0} for w in windows]
+    trained = sum(w["n"] for w in windows) * slots  # per-GPU batches
+    gpus = max(len({w.get("gpu", -1.0) for w in windows}), 1) * slots
     rates = [
         w["n"] / (w["w_end"] - w["w_start"]) / rate
         for w in windows[1:]
@@ -393,6 +484,13 @@ def main() -> None:
         "--gpus", type=int, default=1, help="GPUs to use, one trial on each at a time"
     )
     parser.add_argument(
+        "--slots",
+        type=int,
+        default=1,
+        help="GPUs per trial: more than 1 runs data-parallel trials (searchlab: "
+        "slots_per_trial; Ray: a TorchTrainer per trial, which needs ray[default])",
+    )
+    parser.add_argument(
         "--sides",
         default="ray_asha,searchlab",
         help=f"which of {', '.join(SIDES)} to run, in this order each round",
@@ -404,7 +502,20 @@ def main() -> None:
     from searchlab._ray_env import ray_environment, ray_init_kwargs
 
     quick = args.quick or not torch.cuda.is_available()
-    CONCURRENT[0] = max(args.gpus, 1)
+    SLOTS[0] = max(args.slots, 1)
+    if max(args.gpus, 1) % SLOTS[0]:
+        parser.error(f"--gpus {args.gpus} is not a multiple of --slots {args.slots}")
+    CONCURRENT[0] = max(args.gpus, 1) // SLOTS[0]
+    if SLOTS[0] > 1 and "ray_asha" in args.sides.split(","):
+        from ray._private.utils import get_dashboard_dependency_error
+
+        if (missing := get_dashboard_dependency_error()) is not None:
+            # Without them Ray has no dashboard, and Ray Train's worker groups were seen to
+            # hang at start-up or leak their placement groups when Tune stopped a trial.
+            raise SystemExit(
+                f"--slots {args.slots} with the ray_asha side needs Ray Train's state API: "
+                f"pip install 'ray[default]' ({missing})"
+            )
     workloads = QUICK_WORKLOADS if quick else WORKLOADS
     base = {
         "model": "tiny" if quick else "resnet18",
@@ -416,7 +527,13 @@ def main() -> None:
     storage = tempfile.mkdtemp(prefix="vs-ray-asha-")
     rows, runs = [], []
     with ray_environment():
-        ray.init(runtime_env={"working_dir": str(MODEL_DIR)}, **ray_init_kwargs())
+        init = ray_init_kwargs()
+        if SLOTS[0] > 1 and "ray_asha" in args.sides.split(","):
+            # Ray Train's worker groups watch their controller through the state API, which
+            # the dashboard serves: without it they hang (Ray's default starts it; searchlab
+            # leaves it off). Both sides then run with it.
+            init["include_dashboard"] = True
+        ray.init(runtime_env={"working_dir": str(MODEL_DIR)}, **init)
         try:
             for name in args.workloads.split(","):
                 for data in args.data.split(","):
@@ -432,6 +549,8 @@ def main() -> None:
                                 "data": data,
                                 "round": r,
                                 "side": side,
+                                "slots": SLOTS[0],
+                                "gpus": max(args.gpus, 1),
                                 "solo_batches_per_s": solo,
                                 **got,
                             }
@@ -489,6 +608,8 @@ def main() -> None:
             "base": base,
             "trials": args.trials,
             "rounds": args.rounds,
+            "gpus": max(args.gpus, 1),
+            "slots": SLOTS[0],
             "quick": quick,
         },
         machine=machine_info(),

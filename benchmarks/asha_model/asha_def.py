@@ -146,6 +146,9 @@ class TrainStep:
         if self.amp:
             torch.backends.cudnn.benchmark = True
         self.model = build_model(str(hp.get("model", "resnet18")), device)
+        # What training calls: the model, or its data-parallel wrapper on several GPUs.
+        # Validation calls the bare model, so one rank can validate without the others.
+        self.forward_model: nn.Module = self.model
         self.opt = torch.optim.SGD(
             self.model.parameters(), lr=float(hp["lr"]), momentum=0.9, weight_decay=5e-4
         )
@@ -178,14 +181,16 @@ class TrainStep:
         x, y = batch
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(
+        self, x: torch.Tensor, y: torch.Tensor, model: nn.Module | None = None
+    ) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            return nn.functional.cross_entropy(self.model(x), y)
+            return nn.functional.cross_entropy((model or self.forward_model)(x), y)
 
     @torch.no_grad()
     def validate(self) -> float:
         self.model.eval()
-        loss = float(self.loss(*self.val))
+        loss = float(self.loss(*self.val, model=self.model))
         self.model.train()
         return loss
 
@@ -226,8 +231,10 @@ class AshaTrial(pytorch.PyTorchTrial):
         self.context = context
         hp = context.get_hparams()
         self.step = TrainStep(hp, context.device, seed=context.get_trial_seed() % 2**31)
-        self.model = context.wrap_model(self.step.model)
+        self.model = context.wrap_model(self.step.model)  # DDP on several slots
+        self.step.forward_model = self.model
         self.opt = context.wrap_optimizer(self.step.opt)
+        self.slots = context.distributed.size
         self.window = Window(context.device, self.step)
         context.wrap_reducer(WindowTimes(self.window), name=None, for_validation=False)
         context.experimental.disable_auto_to_device()
@@ -236,7 +243,7 @@ class AshaTrial(pytorch.PyTorchTrial):
         return pytorch.DataLoader(self.step.dataset(), **self.step.loader_kwargs())
 
     def build_validation_data_loader(self) -> pytorch.DataLoader:
-        return pytorch.DataLoader(_Indices(1), batch_size=1)
+        return pytorch.DataLoader(_Indices(self.slots), batch_size=1)  # a batch per rank
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
         self.window.batch_started()
