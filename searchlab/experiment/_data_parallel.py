@@ -3,9 +3,11 @@
 The Tune trainable holds bundle 0 (driver of the trial); workers sit in bundles 1..N, each with
 its GPU (or CPU), and run the same ``TrialRunner`` with their rank. Rank 0's state is the
 checkpoint (with every rank's RNG streams), and every rank restores it, so pause and resume are
-exact as for one worker. A trial paused at a rung and left waiting in Tune's actor cache has
-every worker give its trial's memory back (``IdleRelease``; the process group and NCCL's
-buffers stay, for the next trial), as a one-worker trial does.
+exact as for one worker. As there, a rung end's state is written to disk in the background
+by the trainable's process (``CheckpointWriter``), and a trial promoted back onto the same
+trainable resumes from its memory. A trial paused at a rung and left waiting in Tune's actor
+cache has every worker give its trial's memory back (``IdleRelease``; the process group and
+NCCL's buffers stay, for the next trial), as a one-worker trial does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import datetime
 import io
 import logging
 import os
+import pathlib
 import socket
 from typing import Any
 
@@ -22,10 +25,15 @@ import torch
 from ray import tune
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from searchlab.experiment._checkpoint_writer import CheckpointWriter
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trainable import existing_checkpoint
+from searchlab.experiment._trainable import (
+    existing_checkpoint,
+    start_staged_write,
+    write_in_background,
+)
 from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     load_with_fallback,
@@ -159,6 +167,9 @@ class TrialWorker:
     def at_rung_end(self) -> bool:
         return self._runner is not None and self._runner.at_rung_end
 
+    def reads_checkpoint_files(self) -> bool:
+        return self._runner is not None and self._runner.reads_checkpoint_files
+
     def unpark(self) -> None:
         if self._runner is not None:
             self._runner.unpark()
@@ -183,9 +194,17 @@ class TrialWorker:
         torch.save(saved, buf)
         return buf.getvalue()
 
-    def load(self, state: dict[str, Any], checkpoint_uuid: str | None, length_done: int) -> None:
+    def load(
+        self,
+        state: dict[str, Any],
+        checkpoint_uuid: str | None,
+        length_done: int,
+        from_memory: bool = False,
+    ) -> None:
         assert self._runner is not None
         self._runner.load(state, checkpoint_uuid, length_done)
+        if from_memory and self.rank == 0:  # rank 0's results are the trial's
+            self._runner.timing["resumed_from_memory"] = 1.0
         per_rank = state.get(TrialState.key("rng_per_rank"))
         if per_rank and self.rank < len(per_rank):
             restore_rng_state(per_rank[self.rank])
@@ -210,7 +229,11 @@ class DataParallelTrainable(tune.Trainable):
 
     def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
         self._spec = experiment
+        # The experiment's environment holds in every process of the trial, as in each
+        # worker's runner: this one writes the rung-end checkpoints.
+        os.environ.update(experiment.environment_variables)
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
+        self._writer = CheckpointWriter()
         self._workers = self._start_workers(experiment.slots_per_trial)
         self._build(config)
 
@@ -256,6 +279,7 @@ class DataParallelTrainable(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         with self._idle.busy():
+            self._writer.check()  # a failed background write fails the trial, as a save did
             results = ray.get([w.step.remote() for w in self._workers])
         return results[0]
 
@@ -279,15 +303,34 @@ class DataParallelTrainable(tune.Trainable):
         # Every rank's parameter sums: lets anyone check the ranks agreed at this checkpoint.
         metadata["rank_weight_sums"] = ray.get([w.weights_digest.remote() for w in self._workers])
         metadata[CHECKPOINT_LENGTH_KEY] = ray.get(self._workers[0].length_done.remote())
-        write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
-        ray.get(self._workers[0].checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
+        rank0 = self._workers[0]
+        at_rung_end, reads_files = ray.get(
+            [rank0.at_rung_end.remote(), rank0.reads_checkpoint_files.remote()]
+        )
+        if write_in_background(self._spec, self._storage, at_rung_end, reads_files):
+            # The state is this process's own copy: ``save`` writes it after Tune's copy.
+            self._writer.stage(checkpoint_dir, state, metadata)
+        else:
+            self._writer.flush()  # an earlier write's error first
+            write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
+        ray.get(rank0.checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
 
     def load_checkpoint(self, checkpoint: Any) -> None:
         with self._idle.busy():
-            state, used = load_with_fallback(str(checkpoint))
+            kept = self._writer.take(str(checkpoint))
+            if kept is not None:  # this trainable saved it: no read from disk
+                state, used = kept, pathlib.Path(str(checkpoint))
+            else:  # ``restore`` waited for a write in flight elsewhere
+                state, used = load_with_fallback(str(checkpoint))
             ref = ray.put(state)
             name, done = used.name, checkpoint_rung_length(used) or 0
-            ray.get([w.load.remote(ref, name, done) for w in self._workers])
+            memory = kept is not None
+            ray.get([w.load.remote(ref, name, done, memory) for w in self._workers])
+
+    def save(self, checkpoint_dir: str | None = None) -> Any:
+        saved = super().save(checkpoint_dir)  # calls save_checkpoint, then Tune's copy
+        start_staged_write(self._writer, saved)
+        return saved
 
     def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         checkpoint_path = existing_checkpoint(checkpoint_path, self._warn)
@@ -311,10 +354,15 @@ class DataParallelTrainable(tune.Trainable):
         idle = getattr(self, "_idle", None)
         if idle is not None:
             idle.cancel()
-        for worker in getattr(self, "_workers", []):
-            try:
-                ray.get(worker.close.remote(), timeout=30)
-            except Exception:
-                pass
-            ray.kill(worker)
-        self._workers = []
+        writer = getattr(self, "_writer", None)
+        try:
+            if writer is not None:
+                writer.close()  # the last checkpoint is in place before the actor ends
+        finally:
+            for worker in getattr(self, "_workers", []):
+                try:
+                    ray.get(worker.close.remote(), timeout=30)
+                except Exception:
+                    pass
+                ray.kill(worker)
+            self._workers = []

@@ -38,7 +38,13 @@ from searchlab.experiment._trial_runner import TrialRunner
 from searchlab.experiment._warmup import start_accelerator_warmup
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
-__all__ = ["SearchlabTrainable", "checkpoint_rung_length", "existing_checkpoint"]
+__all__ = [
+    "SearchlabTrainable",
+    "checkpoint_rung_length",
+    "existing_checkpoint",
+    "start_staged_write",
+    "write_in_background",
+]
 
 
 def existing_checkpoint(restore_arg: Any, warn: Any) -> Any:
@@ -65,6 +71,32 @@ def existing_checkpoint(restore_arg: Any, warn: Any) -> Any:
             return with_checkpoint_path(restore_arg, str(candidate))
     warn(f"checkpoint {path} {problem} and no earlier one exists; the trial starts over")
     return None
+
+
+def write_in_background(
+    spec: ExperimentSpec, storage: Any, at_rung_end: bool, reads_checkpoint_files: bool
+) -> bool:
+    """Write a checkpoint's state after ``save`` returns? Only at a rung end the trial goes on
+    from (a pause or a promotion), into a local experiment directory (``storage``: the
+    trainable's Tune storage context), and not for a trial whose callbacks read checkpoint
+    files as they are written."""
+    return (
+        spec.background_checkpoints
+        and at_rung_end
+        and not reads_checkpoint_files
+        and storage is not None
+        and isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+    )
+
+
+def start_staged_write(writer: CheckpointWriter, saved: Any) -> None:
+    """After ``Trainable.save`` (``saved``: its result): write a state ``save_checkpoint``
+    staged into the checkpoint directory Tune has just copied the staged files to."""
+    if writer.staged:
+        checkpoint = saved.checkpoint
+        if checkpoint is None:  # pragma: no cover - Tune persists every class trainable's
+            raise RuntimeError("Ray Tune kept no checkpoint of a saved trial")
+        writer.start(str(checkpoint.path))
 
 
 class SearchlabTrainable(tune.Trainable):
@@ -141,25 +173,13 @@ class SearchlabTrainable(tune.Trainable):
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
         saved = super().save(checkpoint_dir)  # calls save_checkpoint, then Tune's copy
-        if self._writer.staged:
-            checkpoint = saved.checkpoint
-            if checkpoint is None:  # pragma: no cover - Tune persists every class trainable's
-                raise RuntimeError("Ray Tune kept no checkpoint of a saved trial")
-            self._writer.start(str(checkpoint.path))
+        start_staged_write(self._writer, saved)
         return saved
 
     def _in_background(self) -> bool:
-        """Write this checkpoint's state after ``save`` returns? Only at a rung end the trial
-        goes on from (a pause or a promotion), into a local experiment directory, and not
-        for a trial whose callbacks read checkpoint files as they are written."""
         runner = self._runner
-        return (
-            self._spec.background_checkpoints
-            and runner is not None
-            and runner.at_rung_end
-            and not runner.reads_checkpoint_files
-            and self._storage is not None
-            and isinstance(self._storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+        return runner is not None and write_in_background(
+            self._spec, self._storage, runner.at_rung_end, runner.reads_checkpoint_files
         )
 
     def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:

@@ -289,7 +289,7 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
     """The driver lives on and registered the checkpoint; its worker died before the state was
     in place. The retry falls back to the trial's previous checkpoint (or starts over), says
     so, and the search ends as an uninterrupted one."""
-    from driver_procs import search_outcome
+    from driver_procs import check_a_kill_mid_write_recovers
 
     import searchlab
 
@@ -303,21 +303,6 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
         )
         return results.experiment_dir, lines
 
-    whole, _ = run("whole", [])
-    # Only the worker has the variable, so the crash point kills the worker alone. The kill
-    # waits until the driver has had the checkpoint (the save's reply races the write's start
-    # otherwise: a worker dead before the reply left no checkpoint to fall back from).
-    once = tmp_path / "fired"
-    env = [
-        "SEARCHLAB_FAILPOINTS=checkpoint-background-write:4",
-        f"SEARCHLAB_FAILPOINTS_ONCE={once}",
-        "SEARCHLAB_FAILPOINTS_DELAY_S=3",
-    ]
-    killed, lines = run("killed", env)
-    assert once.exists()
-    said = "\n".join(lines)
-    # The trial the kill hit went back to its checkpoint before (here: none, so it started
-    # over), and said so.
-    assert "was never completed (its worker stopped while writing it)" in said, said
-    assert search_outcome(killed) == search_outcome(whole)
-    assert not list(killed.rglob(WRITING_MARKER))  # the dead write's checkpoint was let go
+    # Only the worker has the variable (the trial's environment), so the crash point kills
+    # the worker alone.
+    check_a_kill_mid_write_recovers(run, tmp_path / "fired", nth_write=4)

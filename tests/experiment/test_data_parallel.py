@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import searchlab
+from searchlab.experiment._protocol import WRITING_MARKER
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "ddp_model"
 LENGTH = 20
@@ -78,6 +79,16 @@ def test_two_worker_trial_pauses_resumes_and_matches_uninterrupted_run(
     assert set(reports["world_size"]) == {2.0}
     # On a machine with 2 GPUs the workers train on them (nccl); elsewhere on CPU (gloo).
     assert set(reports["on_cuda"]) == {1.0 if gpus >= 2 else 0.0}
+    # The winner's rung-end state was written in the background by the trainable that paused
+    # it, which then ran the other trial and took the winner back: it resumed from that
+    # trainable's memory (not from the file), and no write was left half done.
+    resumed_from_memory = [
+        line
+        for line in (paused.experiment_dir / winner_id / "result.json").read_text().splitlines()
+        if json.loads(line).get("searchlab_timing_resumed_from_memory") == 1.0
+    ]
+    assert len(resumed_from_memory) == 1
+    assert not list(paused.experiment_dir.rglob(WRITING_MARKER))
 
     whole = searchlab.run(
         _config({"name": "single"}, 0.05, gpus),
@@ -116,3 +127,33 @@ def test_a_dead_worker_fails_the_trial_which_retries_from_its_checkpoint(
     # Died at batch 13 after the checkpoint at 10: the retry resumed there (a restart from 0
     # would report 5 and 10 again).
     assert reports["batches"].tolist() == [5, 10, 15, 20]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_trainable_killed_mid_write_retries_as_an_uninterrupted_search(
+    ray_session: Any, tmp_path: pathlib.Path
+) -> None:
+    """The trainable that drives the two workers dies while it writes the winner's rung-end
+    state in the background. The retry finds that checkpoint never completed, says so, goes
+    back to the checkpoint before it (here none: it starts over), and the search ends as one
+    nobody killed."""
+    from driver_procs import check_a_kill_mid_write_recovers
+
+    gpus = ray_session.cluster_resources().get("GPU", 0)
+
+    def run(name: str, env: list[str]) -> tuple[pathlib.Path, list[str]]:
+        config = _config(
+            {"name": "async_halving", "num_rungs": 2, "divisor": 2, "max_trials": 2},
+            {"type": "categorical", "vals": [0.05, 0.0]},
+            gpus,
+        )
+        config["max_restarts"] = 1
+        config["environment"] = {"environment_variables": env}
+        lines: list[str] = []
+        results = searchlab.run(
+            config, model_dir=MODEL_DIR, storage_path=tmp_path / name, echo=lines.append
+        )
+        return results.experiment_dir, lines
+
+    check_a_kill_mid_write_recovers(run, tmp_path / "fired", nth_write=1)
