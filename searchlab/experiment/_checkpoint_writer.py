@@ -21,9 +21,10 @@ A checkpoint is complete when it holds ``state-dict.pth`` and no marker. Until t
 
 Only one write is in flight per worker: the next save first waits for it, and so does the
 worker's end. A failed write is raised by the worker's next call, as a failed save was.
-Used by the single-process trainable. Checkpoints that user callbacks read as they are written,
-the last one of a trial, those outside a local directory, and every checkpoint of
-data-parallel and script trials are written in ``save_checkpoint``, as before.
+Used by the single-process trainable and by the data-parallel one (whose trainable holds
+rank 0's state and writes it). Checkpoints that user callbacks read as they are written, the
+last one of a trial, those outside a local directory, and every checkpoint of script trials
+are written in ``save_checkpoint``, as before.
 """
 
 from __future__ import annotations
@@ -147,11 +148,18 @@ class CheckpointWriter:
         ] = collections.OrderedDict()
 
     def stage(
-        self, staging_dir: str, state: Mapping[str, Any], metadata: Mapping[str, Any]
+        self,
+        staging_dir: str,
+        state: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        copy: bool = True,
     ) -> None:
-        """In ``save_checkpoint``: copy ``state`` to host memory and write the small files."""
+        """In ``save_checkpoint``: copy ``state`` to host memory and write the small files.
+
+        ``copy=False``: ``state`` is already the caller's own host copy, which nothing else
+        changes (the data-parallel trainable's, loaded from rank 0's bytes)."""
         self.flush()  # one write in flight at a time (raising the last one's error)
-        snapshot = host_copy(dict(state))
+        snapshot = host_copy(dict(state)) if copy else dict(state)
         directory = pathlib.Path(staging_dir)
         marker = {"pid": os.getpid(), "host": socket.gethostname()}
         (directory / WRITING_MARKER).write_text(json.dumps(marker))
@@ -161,6 +169,10 @@ class CheckpointWriter:
     @property
     def staged(self) -> bool:
         return self._staged is not None
+
+    def drop_staged(self) -> None:
+        """Forget a staged state whose save failed, so no later save writes it."""
+        self._staged = None
 
     def start(self, checkpoint_dir: str) -> None:
         """After Tune copied the staged directory to ``checkpoint_dir``: write the state there."""

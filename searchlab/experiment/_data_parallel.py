@@ -18,6 +18,7 @@ import logging
 import os
 import pathlib
 import socket
+import time
 from typing import Any
 
 import ray
@@ -31,7 +32,7 @@ from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trainable import (
     existing_checkpoint,
-    start_staged_write,
+    save_then_write,
     write_in_background,
 )
 from searchlab.experiment._trial_files import (
@@ -209,6 +210,12 @@ class TrialWorker:
         if per_rank and self.rank < len(per_rank):
             restore_rng_state(per_rank[self.rank])
 
+    def add_timing(self, timing: dict[str, float]) -> None:
+        """Seconds the trainable spent for this trial (a save, a load), reported with this
+        rank's next result as a one-worker trial reports its own."""
+        if self._runner is not None:
+            self._runner.timing.update(timing)
+
     def weights_digest(self) -> list[float]:
         """Sum of every parameter, for tests that check all ranks hold the same weights."""
         assert self._runner is not None
@@ -291,6 +298,7 @@ class DataParallelTrainable(tune.Trainable):
             self._idle.arm()
 
     def _save(self, checkpoint_dir: str) -> None:
+        began = time.perf_counter()
         ray.get([w.unpark.remote() for w in self._workers])  # every rank's RNG is current
         blob = ray.get(self._workers[0].state.remote())
         if blob is None:
@@ -308,15 +316,19 @@ class DataParallelTrainable(tune.Trainable):
             [rank0.at_rung_end.remote(), rank0.reads_checkpoint_files.remote()]
         )
         if write_in_background(self._spec, self._storage, at_rung_end, reads_files):
-            # The state is this process's own copy: ``save`` writes it after Tune's copy.
-            self._writer.stage(checkpoint_dir, state, metadata)
+            # The state is this process's own copy (loaded from rank 0's bytes), so it is
+            # staged as it is; ``save`` writes it after Tune's copy.
+            self._writer.stage(checkpoint_dir, state, metadata, copy=False)
         else:
             self._writer.flush()  # an earlier write's error first
             write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
         ray.get(rank0.checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
+        # Reported with rank 0's next result (Ray runs one caller's calls to an actor in order).
+        rank0.add_timing.remote({"checkpoint_write_s": time.perf_counter() - began})
 
     def load_checkpoint(self, checkpoint: Any) -> None:
         with self._idle.busy():
+            began = time.perf_counter()
             kept = self._writer.take(str(checkpoint))
             if kept is not None:  # this trainable saved it: no read from disk
                 state, used = kept, pathlib.Path(str(checkpoint))
@@ -326,11 +338,12 @@ class DataParallelTrainable(tune.Trainable):
             name, done = used.name, checkpoint_rung_length(used) or 0
             memory = kept is not None
             ray.get([w.load.remote(ref, name, done, memory) for w in self._workers])
+            self._workers[0].add_timing.remote({"checkpoint_load_s": time.perf_counter() - began})
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
-        saved = super().save(checkpoint_dir)  # calls save_checkpoint, then Tune's copy
-        start_staged_write(self._writer, saved)
-        return saved
+        return save_then_write(
+            self._writer, lambda: super(DataParallelTrainable, self).save(checkpoint_dir)
+        )
 
     def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         checkpoint_path = existing_checkpoint(checkpoint_path, self._warn)
@@ -354,11 +367,7 @@ class DataParallelTrainable(tune.Trainable):
         idle = getattr(self, "_idle", None)
         if idle is not None:
             idle.cancel()
-        writer = getattr(self, "_writer", None)
-        try:
-            if writer is not None:
-                writer.close()  # the last checkpoint is in place before the actor ends
-        finally:
+        try:  # the workers first: the write in flight needs no GPU
             for worker in getattr(self, "_workers", []):
                 try:
                     ray.get(worker.close.remote(), timeout=30)
@@ -366,3 +375,7 @@ class DataParallelTrainable(tune.Trainable):
                     pass
                 ray.kill(worker)
             self._workers = []
+        finally:
+            writer = getattr(self, "_writer", None)
+            if writer is not None:
+                writer.close()  # the last checkpoint is in place before the actor ends

@@ -42,7 +42,7 @@ __all__ = [
     "SearchlabTrainable",
     "checkpoint_rung_length",
     "existing_checkpoint",
-    "start_staged_write",
+    "save_then_write",
     "write_in_background",
 ]
 
@@ -87,6 +87,19 @@ def write_in_background(
         and storage is not None
         and isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
     )
+
+
+def save_then_write(writer: CheckpointWriter, save: Any) -> Any:
+    """``save()`` (Tune's ``Trainable.save``: ``save_checkpoint``, then Tune's copy of the
+    directory), then the write of a state ``save_checkpoint`` staged into the checkpoint
+    directory Tune copied the staged files to. A failed save leaves nothing staged."""
+    try:
+        saved = save()
+    except BaseException:
+        writer.drop_staged()
+        raise
+    start_staged_write(writer, saved)
+    return saved
 
 
 def start_staged_write(writer: CheckpointWriter, saved: Any) -> None:
@@ -172,9 +185,9 @@ class SearchlabTrainable(tune.Trainable):
             self._runner.timing["checkpoint_load_s"] = time.perf_counter() - began
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
-        saved = super().save(checkpoint_dir)  # calls save_checkpoint, then Tune's copy
-        start_staged_write(self._writer, saved)
-        return saved
+        return save_then_write(
+            self._writer, lambda: super(SearchlabTrainable, self).save(checkpoint_dir)
+        )
 
     def _in_background(self) -> bool:
         runner = self._runner

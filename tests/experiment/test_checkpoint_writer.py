@@ -130,6 +130,32 @@ def test_a_failed_write_is_raised_by_the_next_call(tmp_path: pathlib.Path) -> No
     writer.close()
 
 
+def test_a_failed_save_leaves_no_state_for_a_later_save_to_write(tmp_path: pathlib.Path) -> None:
+    from types import SimpleNamespace
+
+    from searchlab.experiment._trainable import save_then_write
+
+    writer = CheckpointWriter()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+
+    def failing_save() -> None:  # save_checkpoint staged, then Tune's copy failed
+        writer.stage(str(staging), _state(1), {"batches_trained": 12})
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_then_write(writer, failing_save)
+    assert not writer.staged
+    # The next save writes its state itself (a synchronous save): nothing old is written over it.
+    final = tmp_path / "final"
+    final.mkdir()
+    write_checkpoint_files(str(final), _state(2), {"batches_trained": 14}, durable=False)
+    saved = SimpleNamespace(checkpoint=SimpleNamespace(path=str(final)))
+    assert save_then_write(writer, lambda: saved) is saved
+    writer.close()
+    _same(load_checkpoint(final, trusted=True)[0], _state(2))
+
+
 def test_host_copy_leaves_nothing_shared_with_the_live_state() -> None:
     state = _state()
     copied = host_copy(state)
