@@ -29,8 +29,10 @@ __all__ = [
     "GpuSampler",
     "Segment",
     "analyse",
+    "gpu_state",
     "measure_cuda_context",
     "parse_trial_line",
+    "physical_gpus",
     "query_gpus",
     "read_events",
     "segments_from_events",
@@ -562,3 +564,34 @@ def _idle_for(merged: list[tuple[float, float]], starts: list[float], t: float, 
     """How long the GPU had been without a running trial at ``t`` (outside every interval)."""
     i = bisect.bisect_right(starts, t) - 1
     return t - (merged[i][1] if i >= 0 else lo)
+
+
+def physical_gpus(gpus: int) -> list[int]:
+    """nvidia-smi's indices of the GPUs both sides use: the first ``gpus`` that
+    ``CUDA_VISIBLE_DEVICES`` names (when it names them by index), else 0..gpus-1."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    if visible and all(v.isdigit() for v in visible):
+        return [int(v) for v in visible[:gpus]]
+    return list(range(gpus))
+
+
+def gpu_state(samples: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any] | None:
+    """nvidia-smi's view of the GPUs in [t0, t1] (unix s): medians of SM clock (MHz),
+    utilisation (%) and power (W) over all samples of the GPUs in use, and the hottest
+    temperature (C). None without samples (no nvidia-smi, --smoke)."""
+    inside = [x for x in samples if t0 <= x["t"] <= t1]
+    if not inside:
+        return None
+
+    def median(key: str) -> float | None:
+        values = [x[key] for x in inside if x.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    temps = [x["temperature_gpu"] for x in inside if x.get("temperature_gpu") is not None]
+    return {
+        "samples": len(inside),
+        "sm_clock_mhz": median("clocks_sm"),
+        "util_pct": median("util"),
+        "power_w": median("power_draw"),
+        "temperature_max_c": max(temps) if temps else None,
+    }

@@ -82,7 +82,7 @@ from typing import Any
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import environment
-from _scale_measure import GpuSampler
+from _scale_measure import GpuSampler, gpu_state, physical_gpus
 from model_def import HPARAM_DEFAULTS
 
 import searchlab
@@ -392,28 +392,6 @@ def detail(side: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in side.items() if k not in DETAIL_DROPS}
 
 
-def gpu_state(samples: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any] | None:
-    """nvidia-smi's view of the GPUs in [t0, t1] (unix s): medians of SM clock (MHz),
-    utilisation (%) and power (W) over all samples of the GPUs in use, and the hottest
-    temperature (C). None without samples (no nvidia-smi, --smoke)."""
-    inside = [x for x in samples if t0 <= x["t"] <= t1]
-    if not inside:
-        return None
-
-    def median(key: str) -> float | None:
-        values = [x[key] for x in inside if x.get(key) is not None]
-        return statistics.median(values) if values else None
-
-    temps = [x["temperature_gpu"] for x in inside if x.get("temperature_gpu") is not None]
-    return {
-        "samples": len(inside),
-        "sm_clock_mhz": median("clocks_sm"),
-        "util_pct": median("util"),
-        "power_w": median("power_draw"),
-        "temperature_max_c": max(temps) if temps else None,
-    }
-
-
 def run_rounds(
     args: argparse.Namespace,
     gpus: int,
@@ -427,7 +405,7 @@ def run_rounds(
     neighbour's load) hits each side as often in first place as in second."""
     nccl_dir = tmp / "nccl-searchlab"
     started = start_ray(gpus, nccl_log_env(nccl_dir))
-    sampler = GpuSampler(range(gpus), period_ms=250, extra=SMI_EXTRA)
+    sampler = GpuSampler(physical_gpus(gpus), period_ms=250, extra=SMI_EXTRA)
     sampling = torch.cuda.is_available() and sampler.start()
     rounds: list[dict[str, Any]] = []
     n = args.batches  # 0 until the first torchrun run has picked it
@@ -440,11 +418,12 @@ def run_rounds(
             sides: dict[str, dict[str, Any]] = {}
             for name in (first, "searchlab" if first == "torchrun" else "torchrun"):
                 side_began = time.time() - began
+                # A search's actors give their GPUs back after it returns: wait for them
+                # before any run that follows one (two searches run back to back too).
+                settle = wait_for_ray_resources() if searched else 0.0
                 if name == "torchrun":
-                    settle = wait_for_ray_resources() if searched else 0.0
                     print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
                     side = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
-                    side.update(ray_settle_s=settle)
                     if not n:
                         n = int(side["timed_batches"])
                     print(
@@ -468,7 +447,7 @@ def run_rounds(
                     )
                 if side["timed_batches"] != n:
                     raise RuntimeError(f"{name} timed {side['timed_batches']} batches, not {n}")
-                side["began_s"] = side_began
+                side.update(began_s=side_began, ray_settle_s=settle)
                 side["window_stats"] = window_stats(side["window_samples_per_s"])
                 if sampling:
                     side["gpu_state"] = gpu_state(

@@ -503,8 +503,10 @@ def main() -> None:
 
     quick = args.quick or not torch.cuda.is_available()
     SLOTS[0] = max(args.slots, 1)
-    if max(args.gpus, 1) % SLOTS[0]:
-        parser.error(f"--gpus {args.gpus} is not a multiple of --slots {args.slots}")
+    if SLOTS[0] > 1 and max(args.gpus, 1) != SLOTS[0]:
+        # figures() puts a data-parallel search's windows on one lane (rank 0 may move
+        # between GPUs), which holds only for one trial at a time.
+        parser.error(f"--slots {args.slots} needs --gpus {args.slots}: one trial at a time")
     CONCURRENT[0] = max(args.gpus, 1) // SLOTS[0]
     if SLOTS[0] > 1 and "ray_asha" in args.sides.split(","):
         from ray._private.utils import get_dashboard_dependency_error

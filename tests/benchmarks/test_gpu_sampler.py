@@ -8,7 +8,7 @@ import stat
 import time
 
 import pytest
-from _scale_measure import GpuSampler
+from _scale_measure import GpuSampler, gpu_state, physical_gpus
 
 # Prints the same two GPUs' lines every 50 ms until killed: GPU 0 at 1980 MHz, GPU 1 clocked
 # down to 1410 MHz and reporting no power; argv is written out so the test can check the query.
@@ -64,8 +64,6 @@ def test_lines_of_another_shape_are_skipped(fake_smi: pathlib.Path) -> None:
 
 
 def test_gpu_state_summarises_only_the_timed_window() -> None:
-    from data_parallel import gpu_state
-
     def row(t: float, clock: float, temp: float, util: float) -> dict:
         return {
             "t": t,
@@ -91,3 +89,14 @@ def test_gpu_state_summarises_only_the_timed_window() -> None:
         "temperature_max_c": 80,
     }
     assert gpu_state(samples, 20.0, 30.0) is None
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [("2,3,5", [2, 3]), ("", [0, 1]), ("GPU-aaaa,GPU-bbbb", [0, 1])],
+)
+def test_the_sampled_gpus_are_the_visible_ones_when_named_by_index(
+    visible: str, expected: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert physical_gpus(2) == expected
