@@ -59,6 +59,24 @@ def _use_model_dir(model_dir: pathlib.Path) -> None:
             del sys.modules[name]
 
 
+def _forget_loaded_elsewhere(top: str, model_dir: pathlib.Path) -> None:
+    """Forget ``top`` (and its submodules) when it was loaded from outside ``model_dir``.
+
+    A notebook that imported its own ``model_def`` from another folder would otherwise have
+    that module stand in for the experiment's, and the entrypoint's class would be "missing"
+    from it. The caller's references to the old module stay valid.
+    """
+    loaded = sys.modules.get(top)
+    if loaded is None:
+        return
+    origin = getattr(loaded, "__file__", None) or ""
+    if origin.startswith(str(model_dir) + os.sep):
+        return
+    for name in list(sys.modules):
+        if name == top or name.startswith(top + "."):
+            del sys.modules[name]
+
+
 def load_trial_class(
     spec: str, model_dir: str | os.PathLike[str] | None = None
 ) -> type[PyTorchTrial]:
@@ -67,7 +85,9 @@ def load_trial_class(
     if not module_name or not class_name:
         raise TrialDefinitionError(f"trial class {spec!r} must have the form `module:Class`")
     if model_dir is not None:
-        _use_model_dir(pathlib.Path(model_dir).resolve())
+        directory = pathlib.Path(model_dir).resolve()
+        _use_model_dir(directory)
+        _forget_loaded_elsewhere(module_name.partition(".")[0], directory)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

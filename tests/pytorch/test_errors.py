@@ -332,3 +332,37 @@ def test_loading_trials_from_checkpoints_and_specs(tmp_path) -> None:
         match=r"api_trials:Run is not a subclass of searchlab\.pytorch\.PyTorchTrial",
     ):
         pytorch.load_trial_class("api_trials:Run")
+
+
+def test_an_entrypoint_module_imported_from_elsewhere_does_not_stand_in(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook imported its own ``model_def`` from another folder; the experiment's model
+    directory has a ``model_def`` too: its class is the one loaded."""
+    import sys
+
+    for name, body in (("other", "VERSION = 'other'\n"), ("exp", TRIAL_MODULE)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model_def.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path / "other"))
+    monkeypatch.delitem(sys.modules, "model_def", raising=False)
+    import model_def as users_own  # type: ignore[import-not-found]
+
+    try:
+        trial_class = pytorch.load_trial_class("model_def:ExpTrial", tmp_path / "exp")
+        assert trial_class.__name__ == "ExpTrial"
+        assert issubclass(trial_class, pytorch.PyTorchTrial)
+        assert users_own.VERSION == "other"  # the caller's module object is untouched
+    finally:
+        sys.modules.pop("model_def", None)
+        if str(tmp_path / "exp") in sys.path:
+            sys.path.remove(str(tmp_path / "exp"))
+
+
+TRIAL_MODULE = """
+from searchlab import pytorch
+
+
+class ExpTrial(pytorch.PyTorchTrial):
+    pass
+"""
