@@ -317,18 +317,5 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
     so, and the search ends as an uninterrupted one."""
     from driver_procs import check_a_kill_mid_write_recovers
 
-    import searchlab
-
-    def run(name: str, env: list[str]) -> tuple[pathlib.Path, list[str]]:
-        config = _search_config(name)
-        config["max_restarts"] = 1
-        config["environment"] = {"environment_variables": env}
-        lines: list[str] = []
-        results = searchlab.run(
-            config, model_dir=RESUME_MODEL, storage_path=tmp_path / name, echo=lines.append
-        )
-        return results.experiment_dir, lines
-
-    # Only the worker has the variable (the trial's environment), so the crash point kills
-    # the worker alone.
-    check_a_kill_mid_write_recovers(run, tmp_path / "fired", nth_write=4)
+    # The worker writes the state (the one-process trainable): the kill hits it alone.
+    check_a_kill_mid_write_recovers(_search_config, RESUME_MODEL, tmp_path, nth_write=4)

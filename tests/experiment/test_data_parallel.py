@@ -142,18 +142,12 @@ def test_a_trainable_killed_mid_write_retries_as_an_uninterrupted_search(
 
     gpus = ray_session.cluster_resources().get("GPU", 0)
 
-    def run(name: str, env: list[str]) -> tuple[pathlib.Path, list[str]]:
-        config = _config(
-            {"name": "async_halving", "num_rungs": 2, "divisor": 2, "max_trials": 2},
-            {"type": "categorical", "vals": [0.05, 0.0]},
-            gpus,
-        )
-        config["max_restarts"] = 1
-        config["environment"] = {"environment_variables": env}
-        lines: list[str] = []
-        results = searchlab.run(
-            config, model_dir=MODEL_DIR, storage_path=tmp_path / name, echo=lines.append
-        )
-        return results.experiment_dir, lines
+    def config(name: str) -> dict[str, Any]:
+        searcher = {"name": "async_halving", "num_rungs": 2, "divisor": 2, "max_trials": 2}
+        return {
+            **_config(searcher, {"type": "categorical", "vals": [0.05, 0.0]}, gpus),
+            "name": name,
+        }
 
-    check_a_kill_mid_write_recovers(run, tmp_path / "fired", nth_write=1)
+    # The trainable writes rank 0's state: the kill hits it, and its workers go with it.
+    check_a_kill_mid_write_recovers(config, MODEL_DIR, tmp_path, nth_write=1)
