@@ -118,6 +118,8 @@ def _writer_alive(marker: pathlib.Path) -> bool:
         who = json.loads(marker.read_text())
     except (OSError, ValueError):
         return True  # removed or being written just now: look again
+    if who.get("failed"):
+        return False  # the write failed: it will never be completed
     if who.get("host") != socket.gethostname():
         return True  # cannot tell from here: wait for it
     try:
@@ -236,7 +238,22 @@ def _nbytes(obj: Any) -> int:
 
 def _write_state(directory: pathlib.Path, state: dict[str, Any]) -> None:
     # Tune's copy of the directory is not synced either (``write_checkpoint_files``).
-    write_checkpoint_state(
-        directory, state, durable=False, crash_point="checkpoint-background-write"
-    )
+    try:
+        write_checkpoint_state(
+            directory, state, durable=False, crash_point="checkpoint-background-write"
+        )
+    except BaseException as exc:
+        _mark_failed(directory / WRITING_MARKER, exc)
+        raise
     (directory / WRITING_MARKER).unlink(missing_ok=True)
+
+
+def _mark_failed(marker: pathlib.Path, exc: BaseException) -> None:
+    """Say in the marker that its write failed: a reader then falls back at once, as for a
+    dead writer, instead of waiting for a live process that will never finish it."""
+    try:
+        who = json.loads(marker.read_text())
+        who["failed"] = f"{type(exc).__name__}: {exc}"
+        marker.write_text(json.dumps(who))
+    except (OSError, ValueError):
+        pass  # no marker to update (its directory is gone): nothing waits on it

@@ -130,6 +130,33 @@ def test_a_failed_write_is_raised_by_the_next_call(tmp_path: pathlib.Path) -> No
     writer.close()
 
 
+def test_a_failed_write_says_so_in_its_marker_and_nobody_waits_for_it(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import searchlab.experiment._checkpoint_writer as module
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, "write_checkpoint_state", full_disk)
+    writer = CheckpointWriter()
+    staging, final = tmp_path / "staging", tmp_path / "final"
+    _save(writer, staging, final, _state())
+    with pytest.raises(OSError, match="No space left"):
+        writer.flush()
+    marker = json.loads((final / WRITING_MARKER).read_text())
+    assert marker["pid"] == os.getpid() and "No space left" in marker["failed"]
+    # This process is alive, yet a reader gives up instead of waiting (an hour here) for it.
+    answer: list[bool] = []
+    reader = threading.Thread(
+        target=lambda: answer.append(wait_until_written(final, timeout_s=3600)), daemon=True
+    )
+    reader.start()
+    reader.join(timeout=60)
+    assert answer == [False]
+    writer.close()
+
+
 def test_a_failed_save_leaves_no_state_for_a_later_save_to_write(tmp_path: pathlib.Path) -> None:
     from types import SimpleNamespace
 
