@@ -154,14 +154,14 @@ class CheckpointWriter:
         staging_dir: str,
         state: Mapping[str, Any],
         metadata: Mapping[str, Any],
-        copy: bool = True,
+        owned: bool = False,
     ) -> None:
         """In ``save_checkpoint``: copy ``state`` to host memory and write the small files.
 
-        ``copy=False``: ``state`` is already the caller's own host copy, which nothing else
-        changes (the data-parallel trainable's, loaded from rank 0's bytes)."""
+        ``owned``: ``state`` is already the caller's own host copy, which nothing else
+        changes (the data-parallel trainable's, loaded from rank 0's bytes): kept as it is."""
         self.flush()  # one write in flight at a time (raising the last one's error)
-        snapshot = host_copy(dict(state)) if copy else dict(state)
+        snapshot = dict(state) if owned else host_copy(dict(state))
         directory = pathlib.Path(staging_dir)
         marker = {"pid": os.getpid(), "host": socket.gethostname()}
         (directory / WRITING_MARKER).write_text(json.dumps(marker))

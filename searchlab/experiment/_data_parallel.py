@@ -292,17 +292,17 @@ class DataParallelTrainable(tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():
-            self._save(checkpoint_dir)
-            pausing = ray.get(self._workers[0].at_rung_end.remote())
+            pausing = self._save(checkpoint_dir)
         if pausing:
             self._idle.arm()
 
-    def _save(self, checkpoint_dir: str) -> None:
+    def _save(self, checkpoint_dir: str) -> bool:
+        """Save the trial's state into ``checkpoint_dir``; True when it stands at a rung end."""
         began = time.perf_counter()
         ray.get([w.unpark.remote() for w in self._workers])  # every rank's RNG is current
         blob = ray.get(self._workers[0].state.remote())
         if blob is None:
-            return
+            return bool(ray.get(self._workers[0].at_rung_end.remote()))
         state, metadata = torch.load(io.BytesIO(blob), weights_only=False)
         rng = ray.get([w.rng_state.remote() for w in self._workers])
         state[TrialState.key("rng_per_rank")] = [
@@ -318,13 +318,14 @@ class DataParallelTrainable(tune.Trainable):
         if write_in_background(self._spec, self._storage, at_rung_end, reads_files):
             # The state is this process's own copy (loaded from rank 0's bytes), so it is
             # staged as it is; ``save`` writes it after Tune's copy.
-            self._writer.stage(checkpoint_dir, state, metadata, copy=False)
+            self._writer.stage(checkpoint_dir, state, metadata, owned=True)
         else:
             self._writer.flush()  # an earlier write's error first
             write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
         ray.get(rank0.checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
         # Reported with rank 0's next result (Ray runs one caller's calls to an actor in order).
         rank0.add_timing.remote({"checkpoint_write_s": time.perf_counter() - began})
+        return bool(at_rung_end)
 
     def load_checkpoint(self, checkpoint: Any) -> None:
         with self._idle.busy():

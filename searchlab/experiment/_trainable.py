@@ -98,18 +98,12 @@ def save_then_write(writer: CheckpointWriter, save: Any) -> Any:
     except BaseException:
         writer.drop_staged()
         raise
-    start_staged_write(writer, saved)
-    return saved
-
-
-def start_staged_write(writer: CheckpointWriter, saved: Any) -> None:
-    """After ``Trainable.save`` (``saved``: its result): write a state ``save_checkpoint``
-    staged into the checkpoint directory Tune has just copied the staged files to."""
     if writer.staged:
         checkpoint = saved.checkpoint
         if checkpoint is None:  # pragma: no cover - Tune persists every class trainable's
             raise RuntimeError("Ray Tune kept no checkpoint of a saved trial")
         writer.start(str(checkpoint.path))
+    return saved
 
 
 class SearchlabTrainable(tune.Trainable):
