@@ -119,24 +119,12 @@ class RayAshaTrainable(tune.Trainable):
         self.batches = 0
         self.timings: dict[str, float] = {}
         loader = torch.utils.data.DataLoader(self.step_.dataset(), **self.step_.loader_kwargs())
-        self.loader, self.it = loader, iter(loader)
+        self.it = _forever(loader)
 
     def step(self) -> dict[str, Any]:  # type: ignore[override]
-        losses = []
-        for _ in range(self.every):
-            try:
-                batch = next(self.it)
-            except StopIteration:
-                self.it = iter(self.loader)
-                batch = next(self.it)
-            self.window.batch_started()
-            loss = self.step_.loss(*self.step_.inputs(batch))
-            self.step_.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.step_.opt.step()
-            losses.append(loss.detach())
+        loss = self.step_.train_window(self.it, self.window, self.every)
         self.batches += self.every
-        out = {"batches": self.batches, "loss": float(torch.stack(losses).float().mean())}
+        out = {"batches": self.batches, "loss": loss}
         out.update(self.window.close())
         out["validation_loss"] = self.step_.validate()
         out.update(self.timings)
@@ -212,16 +200,7 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
     loader = ray.train.torch.prepare_data_loader(loader, move_to_device=False)
     it = _forever(loader)
     for batches in range(every, total + 1, every):
-        losses = []
-        for _ in range(every):
-            batch = next(it)
-            window.batch_started()
-            loss = step.loss(*step.inputs(batch))
-            step.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            step.opt.step()
-            losses.append(loss.detach())
-        out = {"batches": batches, "loss": float(torch.stack(losses).float().mean())}
+        out = {"batches": batches, "loss": step.train_window(it, window, every)}
         out.update(window.close())
         out["validation_loss"] = step.validate()
         ray.train.report(out)

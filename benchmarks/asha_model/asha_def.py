@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -186,6 +187,20 @@ class TrainStep:
     ) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             return nn.functional.cross_entropy((model or self.forward_model)(x), y)
+
+    def train_window(self, batches: Iterator[Any], window: Window, n: int) -> float:
+        """Train ``n`` batches from ``batches`` (Ray's sides; searchlab's trial steps one at a
+        time); the window's mean loss."""
+        losses = []
+        for _ in range(n):
+            batch = next(batches)
+            window.batch_started()
+            loss = self.loss(*self.inputs(batch))
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            losses.append(loss.detach())
+        return float(torch.stack(losses).float().mean())
 
     @torch.no_grad()
     def validate(self) -> float:
