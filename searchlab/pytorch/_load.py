@@ -7,9 +7,12 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import site
 import sys
+import sysconfig
 from typing import Any
 
+from searchlab.core._import import _names_in
 from searchlab.errors import TrialDefinitionError
 from searchlab.pytorch._checkpoint import CODE_DIR, load_checkpoint
 from searchlab.pytorch._context import PyTorchTrialContext
@@ -38,10 +41,13 @@ class CheckpointLoadContext(PyTorchTrialContext):
 
 
 def _use_model_dir(model_dir: pathlib.Path) -> None:
-    """Put ``model_dir`` first on ``sys.path`` and forget modules loaded from another model dir.
+    """Put ``model_dir`` first on ``sys.path`` and forget loaded modules that would stand in
+    for the modules it provides.
 
     Model directories reuse generic module names (``model_def``, ``data``); without this, a
-    notebook or test session that loads a second experiment would get the first one's modules.
+    notebook or test session that loads a second experiment, or that imported its own
+    ``model_def`` from another folder, would get those modules instead of the experiment's.
+    The caller's references to forgotten modules stay valid.
     """
     path = str(model_dir)
     if path in sys.path:
@@ -49,32 +55,47 @@ def _use_model_dir(model_dir: pathlib.Path) -> None:
     sys.path.insert(0, path)
     previous = getattr(_use_model_dir, "current", None)
     _use_model_dir.current = path  # type: ignore[attr-defined]
-    if previous is None or previous == path:
-        return
-    if previous in sys.path:
-        sys.path.remove(previous)  # its modules must not stand in for the new dir's
-    for name, module in list(sys.modules.items()):
-        origin = getattr(module, "__file__", None) or ""
-        if origin.startswith(previous + os.sep):
-            del sys.modules[name]
+    if previous is not None and previous != path:
+        if previous in sys.path:
+            sys.path.remove(previous)  # its modules must not stand in for the new dir's
+        for name, module in list(sys.modules.items()):
+            if _origin(module).startswith(previous + os.sep):
+                del sys.modules[name]
+    _forget_loaded_elsewhere(model_dir)
 
 
-def _forget_loaded_elsewhere(top: str, model_dir: pathlib.Path) -> None:
-    """Forget ``top`` (and its submodules) when it was loaded from outside ``model_dir``.
+def _origin(module: Any) -> str:
+    """The real path of the file a module was loaded from ("" for built-in and namespace ones)."""
+    origin = getattr(module, "__file__", None)
+    return os.path.realpath(origin) if isinstance(origin, str) else ""
 
-    A notebook that imported its own ``model_def`` from another folder would otherwise have
-    that module stand in for the experiment's, and the entrypoint's class would be "missing"
-    from it. The caller's references to the old module stay valid.
+
+def _installed_dirs() -> tuple[str, ...]:
+    """The standard library's and site-packages' folders, each ending in a separator."""
+    dirs = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs.update(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.add(site.getusersitepackages())
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+def _forget_loaded_elsewhere(model_dir: pathlib.Path) -> None:
+    """Forget each loaded module (and its submodules) whose name ``model_dir`` provides but
+    that was loaded from another folder, so that the next import finds the directory's.
+
+    Spared: the standard library and site-packages (a model directory may hold a
+    ``logging.py``, which never replaced the loaded ``logging``), modules without a file, and
+    searchlab itself.
     """
-    loaded = sys.modules.get(top)
-    if loaded is None:
-        return
-    origin = getattr(loaded, "__file__", None) or ""
-    if origin.startswith(str(model_dir) + os.sep):
-        return
-    for name in list(sys.modules):
-        if name == top or name.startswith(top + "."):
-            del sys.modules[name]
+    inside = os.path.realpath(model_dir) + os.sep
+    installed = _installed_dirs()
+    for top in _names_in(str(model_dir)) - {"searchlab", "__main__"}:
+        origin = _origin(sys.modules.get(top))
+        if not origin or origin.startswith(inside) or origin.startswith(installed):
+            continue
+        for name in list(sys.modules):
+            if name == top or name.startswith(top + "."):
+                del sys.modules[name]
 
 
 def load_trial_class(
@@ -87,7 +108,6 @@ def load_trial_class(
     if model_dir is not None:
         directory = pathlib.Path(model_dir).resolve()
         _use_model_dir(directory)
-        _forget_loaded_elsewhere(module_name.partition(".")[0], directory)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

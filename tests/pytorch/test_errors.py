@@ -359,6 +359,64 @@ def test_an_entrypoint_module_imported_from_elsewhere_does_not_stand_in(
             sys.path.remove(str(tmp_path / "exp"))
 
 
+def test_every_module_the_model_dir_provides_replaces_one_loaded_from_elsewhere(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only the entrypoint: the model's own ``data`` module (a package here) is the model
+    directory's, even though the session imported another ``data`` package first."""
+    import importlib
+    import sys
+
+    for name in ("other", "exp"):
+        (tmp_path / name / "data").mkdir(parents=True)
+    (tmp_path / "other" / "data" / "__init__.py").write_text("WHERE = 'other'\n")
+    (tmp_path / "other" / "data" / "sub.py").write_text("")
+    (tmp_path / "exp" / "data" / "__init__.py").write_text("WHERE = 'exp'\n")
+    (tmp_path / "exp" / "model_def.py").write_text(
+        "import data\nWHERE = data.WHERE\n" + TRIAL_MODULE
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "other"))
+    for name in ("data", "data.sub", "model_def"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.import_module("data.sub")
+    users_own = sys.modules["data"]
+    try:
+        trial_class = pytorch.load_trial_class("model_def:ExpTrial", tmp_path / "exp")
+        assert sys.modules[trial_class.__module__].WHERE == "exp"
+        assert "data.sub" not in sys.modules  # the other package's submodules went with it
+        assert users_own.WHERE == "other"
+    finally:
+        for name in ("data", "data.sub", "model_def"):
+            sys.modules.pop(name, None)
+        if str(tmp_path / "exp") in sys.path:
+            sys.path.remove(str(tmp_path / "exp"))
+
+
+def test_a_model_dir_module_named_like_the_standard_library_spares_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A model directory holding ``logging.py`` or a ``searchlab`` folder: the loaded standard
+    library module and searchlab itself stay (forgetting them would break the session)."""
+    import logging
+    import sys
+
+    import searchlab
+
+    (tmp_path / "logging.py").write_text("raise RuntimeError('shadowing logging')\n")
+    (tmp_path / "searchlab").mkdir()
+    (tmp_path / "searchlab" / "__init__.py").write_text("")
+    (tmp_path / "model_def.py").write_text(TRIAL_MODULE)
+    try:
+        trial_class = pytorch.load_trial_class("model_def:ExpTrial", tmp_path)
+        assert issubclass(trial_class, pytorch.PyTorchTrial)
+        assert sys.modules["logging"] is logging
+        assert sys.modules["searchlab"] is searchlab
+    finally:
+        sys.modules.pop("model_def", None)
+        if str(tmp_path) in sys.path:
+            sys.path.remove(str(tmp_path))
+
+
 TRIAL_MODULE = """
 from searchlab import pytorch
 
