@@ -4,6 +4,7 @@
     PYTHONPATH=. python benchmarks/vs_ray_asha.py --quick         # CPU, tiny model, ~3 min
     PYTHONPATH=. python benchmarks/vs_ray_asha.py --gpus 2        # one trial per GPU
     PYTHONPATH=. python benchmarks/vs_ray_asha.py --gpus 2 --slots 2   # 2-GPU DDP trials
+    PYTHONPATH=. python benchmarks/vs_ray_asha.py --per-gpu 2     # 2 trials share each GPU
 
 With ``--slots S`` (> 1), each trial trains data-parallel on S GPUs, ``--gpus`` / S trials at
 a time: searchlab with ``resources.slots_per_trial: S`` (its DDP workers in a placement
@@ -14,6 +15,14 @@ function, and Tune cannot reuse its actors. Ray's side needs ``ray[default]`` th
 trains the same per-GPU batch as a one-GPU trial; efficiency counts per-GPU batches against
 the one-GPU solo rate times the GPUs, and ``in_trial_rate`` compares a window's steps per
 second with the one-GPU solo rate (1.0: DDP costs nothing).
+
+With ``--per-gpu K`` (> 1), K trials share each GPU on both sides: Ray asks for ``gpu: 1/K``
+per trial, searchlab sets ``resources.gpus_per_trial: 1/K``, and both run ``--gpus`` x K
+trials at a time. One trial's hand-over then overlaps the others' training, and K trials
+together may train faster than one alone, so efficiency (still against one GPU's solo rate)
+can pass 1. Hand-overs are then counted per worker process, not per GPU, and
+``in_trial_rate`` is one trial's share. The summary's headline keys come from K = 1 runs;
+``packed`` holds the same keys for the K > 1 runs.
 
 The same training step (``asha_model/asha_def.py:TrainStep``: ResNet-18, batch 256, bf16,
 SGD; ``--quick``: a tiny CNN) runs through Ray Tune's ``ASHAScheduler`` with its best
@@ -86,7 +95,8 @@ QUICK_WORKLOADS = {
 }
 
 
-CONCURRENT = [1]  # trials at once: ``--gpus`` // ``--slots``
+CONCURRENT = [1]  # trials at once: ``--gpus`` x ``--per-gpu`` // ``--slots``
+PER_GPU = [1]  # trials sharing one GPU (``--per-gpu``)
 SLOTS = [1]  # GPUs per trial (``--slots``): more than one is a data-parallel trial
 
 
@@ -259,7 +269,7 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
         trainable = tune.with_resources(ray_train_trial, {"cpu": _cpus()})
         space.update(slots=SLOTS[0], max_batches=rungs[-1], storage=storage)
     else:
-        trainable = tune.with_resources(RayAshaTrainable, {"cpu": 1, "gpu": gpu})
+        trainable = tune.with_resources(RayAshaTrainable, {"cpu": 1, "gpu": gpu / PER_GPU[0]})
     began = time.time()
     tuner = tune.Tuner(
         trainable,
@@ -283,7 +293,13 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
     tuner.fit()
     wall = time.time() - began
     windows = [_window(tid, row, work["report_every"]) for tid, row in collect.rows]
-    return {"wall_s": wall, "began": began, "windows": windows, "slots": SLOTS[0]}
+    return {
+        "wall_s": wall,
+        "began": began,
+        "windows": windows,
+        "slots": SLOTS[0],
+        "per_gpu": PER_GPU[0],
+    }
 
 
 class _Collect(tune.Callback):
@@ -325,6 +341,8 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         "max_restarts": 0,
         "reproducibility": {"experiment_seed": 0},
     }
+    if PER_GPU[0] > 1 and torch.cuda.is_available():
+        config["resources"]["gpus_per_trial"] = 1.0 / PER_GPU[0]
     began = time.time()
     results = searchlab.run(config, model_dir=MODEL_DIR, storage_path=storage, echo=lambda _: None)
     wall = time.time() - began
@@ -335,7 +353,14 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
     timing = _searchlab_checkpoint_times(results)
-    return {"wall_s": wall, "began": began, "windows": windows, "slots": SLOTS[0], **timing}
+    return {
+        "wall_s": wall,
+        "began": began,
+        "windows": windows,
+        "slots": SLOTS[0],
+        "per_gpu": PER_GPU[0],
+        **timing,
+    }
 
 
 def _searchlab_with(env: dict[str, str]) -> Any:
@@ -396,7 +421,8 @@ def _window(trial_id: str, row: dict[str, Any], every: int) -> dict[str, Any]:
 def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
     """A run's figures against ``rate``, one GPU's solo batches per second. A data-parallel
     trial (``slots`` > 1) trains ``slots`` per-GPU batches per step, and its trials follow each
-    other on one lane (its rank 0 may move between GPUs)."""
+    other on one lane (its rank 0 may move between GPUs). Where trials share a GPU
+    (``per_gpu`` > 1), each worker process is a lane: hand-overs are counted in a process."""
     slots = int(run.get("slots", 1))
     windows = sorted(run["windows"], key=lambda w: w["w_start"])
     if slots > 1:
@@ -408,12 +434,13 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
         for w in windows[1:]
         if w["w_end"] > w["w_start"]
     ]
-    handovers = []  # per GPU: one trial's last window to the next trial's first
-    for gpu in {w.get("gpu", -1.0) for w in windows}:
-        on_gpu = [w for w in windows if w.get("gpu", -1.0) == gpu]
+    lane_key = "proc_start" if int(run.get("per_gpu", 1)) > 1 else "gpu"
+    handovers = []  # per lane: one trial's last window to the next trial's first
+    for lane in {w.get(lane_key, -1.0) for w in windows}:
+        in_lane = [w for w in windows if w.get(lane_key, -1.0) == lane]
         handovers += [
             b["w_start"] - a["w_end"]
-            for a, b in itertools.pairwise(on_gpu)
+            for a, b in itertools.pairwise(in_lane)
             if a["trial_id"] != b["trial_id"]
         ]
     gaps = [w["gap_s"] for w in windows if w["gap_s"] and w["gap_s"] > 0]
@@ -474,6 +501,12 @@ def main() -> None:
         default="ray_asha,searchlab",
         help=f"which of {', '.join(SIDES)} to run, in this order each round",
     )
+    parser.add_argument(
+        "--per-gpu",
+        type=int,
+        default=1,
+        help="trials sharing each GPU on both sides (Ray: gpu 1/K; searchlab: gpus_per_trial)",
+    )
     args = parser.parse_args()
 
     import ray
@@ -486,7 +519,10 @@ def main() -> None:
         # figures() puts a data-parallel search's windows on one lane (rank 0 may move
         # between GPUs), which holds only for one trial at a time.
         parser.error(f"--slots {args.slots} needs --gpus {args.slots}: one trial at a time")
-    CONCURRENT[0] = max(args.gpus, 1) // SLOTS[0]
+    PER_GPU[0] = max(args.per_gpu, 1)
+    if PER_GPU[0] > 1 and SLOTS[0] > 1:
+        parser.error("--per-gpu shares a GPU between one-GPU trials: it needs --slots 1")
+    CONCURRENT[0] = max(args.gpus, 1) * PER_GPU[0] // SLOTS[0]
     if SLOTS[0] > 1 and "ray_asha" in args.sides.split(","):
         from ray._private.utils import get_dashboard_dependency_error
 
@@ -531,6 +567,7 @@ def main() -> None:
                                 "round": r,
                                 "side": side,
                                 "slots": SLOTS[0],
+                                "per_gpu": PER_GPU[0],
                                 "gpus": max(args.gpus, 1),
                                 "solo_batches_per_s": solo,
                                 **got,
@@ -591,6 +628,7 @@ def main() -> None:
             "rounds": args.rounds,
             "gpus": max(args.gpus, 1),
             "slots": SLOTS[0],
+            "per_gpu": PER_GPU[0],
             "quick": quick,
         },
         machine=machine_info(),
@@ -598,20 +636,32 @@ def main() -> None:
 
 
 def _median(runs: list[dict], key: str, **where: Any) -> float | None:
-    values = [r[key] for r in runs if all(r[k] == v for k, v in where.items()) and r[key] == r[key]]
+    picked = [r.get(key) for r in runs if all(r.get(k) == v for k, v in where.items())]
+    values = [v for v in picked if v is not None and v == v]  # neither missing nor NaN
     return statistics.median(values) if values else None
 
 
 def _summary(runs: list[dict]) -> dict[str, Any]:
+    """The issue's figures from the runs with one trial per GPU; ``packed``: the same figures
+    from runs where trials share a GPU (``--per-gpu``), if any."""
+    out = _figures_of(runs, per_gpu=1)
+    shared = sorted({r.get("per_gpu", 1) for r in runs} - {1})
+    if shared:
+        out["packed"] = {f"per_gpu_{k}": _figures_of(runs, per_gpu=k) for k in shared}
+    return out
+
+
+def _figures_of(runs: list[dict], per_gpu: int) -> dict[str, Any]:
+    runs = [r for r in runs if r.get("per_gpu", 1) == per_gpu]
     mine = _median(runs, "efficiency", workload="short", data="resident", side="searchlab")
     ray_ = _median(runs, "efficiency", workload="short", data="resident", side="ray_asha")
+    long_mine = _median(runs, "efficiency", workload="long", data="resident", side="searchlab")
+    long_ray = _median(runs, "efficiency", workload="long", data="resident", side="ray_asha")
     return {
         "searchlab_efficiency": mine,
         "ray_asha_efficiency": ray_,
         "searchlab_over_ray": mine / ray_ if mine and ray_ else None,
-        "long_efficiency": _median(
-            runs, "efficiency", workload="long", data="resident", side="searchlab"
-        ),
+        "long_efficiency": long_mine,
         "in_search_over_in_process": _median(
             runs, "in_trial_rate", workload="short", data="resident", side="searchlab"
         ),
@@ -619,9 +669,8 @@ def _summary(runs: list[dict]) -> dict[str, Any]:
             side: _median(runs, "first_batch_s", workload="short", data="resident", side=side)
             for side in ("searchlab", "ray_asha")
         },
-        "long_ray_asha_efficiency": _median(
-            runs, "efficiency", workload="long", data="resident", side="ray_asha"
-        ),
+        "long_ray_asha_efficiency": long_ray,
+        "long_searchlab_over_ray": long_mine / long_ray if long_mine and long_ray else None,
         # Medians over every run of a side: seconds from the call to its first trial's
         # process start, build start, build end and first batch.
         "first_batch_split": {

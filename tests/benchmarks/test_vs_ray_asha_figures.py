@@ -1,0 +1,89 @@
+"""The figures of ``vs_ray_asha``: hand-overs per GPU or per worker process, and the summary's
+split between one trial per GPU and trials sharing a GPU (``--per-gpu``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+vs_ray_asha = pytest.importorskip("vs_ray_asha")
+
+
+def _w(trial: str, start: float, end: float, proc: float, gpu: float = 0.0) -> dict[str, Any]:
+    return {
+        "trial_id": trial,
+        "w_start": start,
+        "w_end": end,
+        "gap_s": 0.0,
+        "gpu": gpu,
+        "proc_start": proc,
+        "n": 10,
+    }
+
+
+# Two worker processes (started at 1.0 and 2.0) share GPU 0: process 1 trains a then c,
+# process 2 trains b then d. Their windows interleave in time.
+SHARED = [
+    _w("a", 10.0, 11.0, proc=1.0),
+    _w("b", 10.5, 11.5, proc=2.0),
+    _w("a", 11.0, 12.0, proc=1.0),
+    _w("b", 11.5, 12.5, proc=2.0),
+    _w("c", 12.4, 13.4, proc=1.0),
+    _w("d", 13.0, 14.0, proc=2.0),
+]
+
+
+def test_trials_sharing_a_gpu_count_hand_overs_in_each_process() -> None:
+    run = {"wall_s": 10.0, "began": 5.0, "windows": SHARED, "slots": 1, "per_gpu": 2}
+    got = vs_ray_asha.figures(run, rate=5.0)
+    # Process 1: a ends at 12.0, c starts at 12.4; process 2: b ends at 12.5, d starts at 13.0.
+    assert got["handovers"] == 2
+    assert got["handover_s"] == pytest.approx(0.45)
+    # 60 batches on one GPU in 10 s against a solo rate of 5 batches/s: 1.2 of one GPU.
+    assert got["efficiency"] == pytest.approx(1.2)
+    assert got["first_batch_s"] == pytest.approx(5.0)
+
+
+def test_one_trial_per_gpu_counts_hand_overs_on_the_gpu() -> None:
+    # The same windows read as one lane (a GPU): every change of trial in time order counts.
+    run = {"wall_s": 10.0, "began": 5.0, "windows": SHARED, "slots": 1}
+    got = vs_ray_asha.figures(run, rate=5.0)
+    assert got["handovers"] == 5
+
+
+def _run(side: str, per_gpu: int, efficiency: float, workload: str = "short") -> dict[str, Any]:
+    return {
+        "workload": workload,
+        "data": "resident",
+        "side": side,
+        "per_gpu": per_gpu,
+        "efficiency": efficiency,
+        "in_trial_rate": 1.0 / per_gpu,
+        "first_batch_s": 10.0,
+    }
+
+
+def test_summary_keeps_shared_gpu_runs_out_of_the_headline() -> None:
+    runs = [
+        _run("ray_asha", 1, 0.6),
+        _run("searchlab", 1, 0.5),
+        _run("ray_asha", 2, 1.0),
+        _run("searchlab", 2, 1.5),
+        _run("ray_asha", 2, 0.8, workload="long"),
+        _run("searchlab", 2, 1.2, workload="long"),
+    ]
+    summary = vs_ray_asha._summary(runs)
+    assert summary["searchlab_over_ray"] == pytest.approx(0.5 / 0.6)
+    assert summary["in_search_over_in_process"] == 1.0
+    assert summary["long_efficiency"] is None
+    packed = summary["packed"]["per_gpu_2"]
+    assert packed["searchlab_over_ray"] == pytest.approx(1.5)
+    assert packed["long_searchlab_over_ray"] == pytest.approx(1.5)
+    assert packed["in_search_over_in_process"] == 0.5
+
+
+def test_summary_without_shared_gpu_runs_has_no_packed_block() -> None:
+    summary = vs_ray_asha._summary([_run("ray_asha", 1, 0.6), _run("searchlab", 1, 0.3)])
+    assert "packed" not in summary
+    assert summary["searchlab_over_ray"] == pytest.approx(0.5)
