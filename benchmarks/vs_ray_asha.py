@@ -476,6 +476,8 @@ SIDES = {
     # One lever changed from searchlab's defaults, to measure what it is worth:
     "searchlab_train_ahead": _searchlab_with({"SEARCHLAB_TRAIN_AHEAD": "1"}),
     "searchlab_sync_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "0"}),
+    # The state written by a thread while the trial trains on (the default before Nov 27).
+    "searchlab_thread_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "1"}),
 }
 
 

@@ -8,8 +8,16 @@ next trial start). With a ResNet-18 that was ~0.12 s of ``torch.save`` and a sec
 1. in ``save_checkpoint`` (on the critical path): the state is copied to host memory
    (``host_copy``), and the staging directory gets ``metadata.json`` and the marker
    ``WRITING_MARKER`` (which process writes the state) but no state file;
-2. once Tune has copied that small directory into the experiment, a thread writes
-   ``state-dict.pth`` into it (atomically: a temporary file renamed) and removes the marker.
+2. once Tune has copied that small directory into the experiment, ``state-dict.pth`` is
+   written into it (atomically: a temporary file renamed) and the marker removed: by a thread
+   while the trial goes on, or at once, before ``save`` returns (``thread=False``).
+
+Where the writing process also trains (a one-process trial), the write is made at once: on an
+H100 host a thread's ``torch.save`` slowed every training window it overlapped by a quarter
+(it competes with the training loop for the GIL), which cost more than the write itself.
+Written at once, the state still goes to the experiment only once (Tune copies just the small
+files) and stays in memory for the worker's next resume of the trial. The data-parallel
+trial's coordinator trains nothing, so it writes in a thread.
 
 A checkpoint is complete when it holds ``state-dict.pth`` and no marker. Until then:
 
@@ -73,13 +81,30 @@ def default_keep_bytes() -> int:
 def host_copy(obj: Any) -> Any:
     """``obj`` with every tensor copied to host memory and every container rebuilt, so that
     training on does not change it. A module's ``state_dict`` stays an ``OrderedDict`` with
-    its ``_metadata`` (the module versions ``load_state_dict`` reads)."""
+    its ``_metadata`` (the module versions ``load_state_dict`` reads).
+
+    CUDA tensors go into pinned buffers by asynchronous copies, with one synchronisation per
+    device at the end: a copy per tensor into pageable memory waited for each of them."""
+    devices: set[torch.device] = set()
+    out = _host_copy(obj, devices)
+    for device in devices:
+        torch.cuda.synchronize(device)
+    return out
+
+
+def _host_copy(obj: Any, devices: set[torch.device]) -> Any:
     if isinstance(obj, torch.Tensor):
-        if obj.device.type == "cpu":
-            return obj.detach().clone()
-        return obj.detach().to("cpu")
+        tensor = obj.detach()
+        if tensor.device.type == "cpu":
+            return tensor.clone()
+        if tensor.device.type == "cuda" and tensor.layout == torch.strided:
+            buffer = torch.empty_like(tensor, device="cpu", pin_memory=True)
+            buffer.copy_(tensor, non_blocking=True)
+            devices.add(tensor.device)
+            return buffer
+        return tensor.to("cpu")
     if isinstance(obj, dict):
-        items = ((k, host_copy(v)) for k, v in obj.items())
+        items = ((k, _host_copy(v, devices)) for k, v in obj.items())
         out = (
             collections.OrderedDict(items)
             if isinstance(obj, collections.OrderedDict)
@@ -90,9 +115,9 @@ def host_copy(obj: Any) -> Any:
             out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
         return out
     if isinstance(obj, list):
-        return [host_copy(v) for v in obj]
+        return [_host_copy(v, devices) for v in obj]
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(host_copy(v) for v in obj)
+        return tuple(_host_copy(v, devices) for v in obj)
     return copy.deepcopy(obj)  # a callback's own object: as it is now
 
 
@@ -132,14 +157,16 @@ def _writer_alive(marker: pathlib.Path) -> bool:
 
 
 class CheckpointWriter:
-    """One worker's checkpoint writes in the background (see the module's docstring).
+    """One worker's staged checkpoint writes (see the module's docstring).
 
     The states it wrote stay in host memory, newest first, up to ``keep_bytes`` in all
     (default: ``default_keep_bytes()``), for ``take``: on one GPU the same worker runs every
-    trial, so a promoted trial comes back to the worker that paused it.
+    trial, so a promoted trial comes back to the worker that paused it. ``thread``: write in a
+    thread while the caller goes on (else at once, in ``start``).
     """
 
-    def __init__(self, keep_bytes: int | None = None) -> None:
+    def __init__(self, keep_bytes: int | None = None, *, thread: bool = True) -> None:
+        self._thread = thread
         self._keep_bytes = default_keep_bytes() if keep_bytes is None else keep_bytes
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._future: concurrent.futures.Future[None] | None = None
@@ -177,16 +204,23 @@ class CheckpointWriter:
         self._staged = None
 
     def start(self, checkpoint_dir: str) -> None:
-        """After Tune copied the staged directory to ``checkpoint_dir``: write the state there."""
+        """After Tune copied the staged directory to ``checkpoint_dir``: write the state there
+        (in the thread, or at once, raising a failed write's error)."""
         snapshot, self._staged = self._staged, None
         if snapshot is None:
             return
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="searchlab-checkpoint-write"
-            )
-        future = self._pool.submit(_write_state, pathlib.Path(checkpoint_dir), snapshot)
-        self._future = future
+        future: concurrent.futures.Future[None]
+        if self._thread:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="searchlab-checkpoint-write"
+                )
+            future = self._pool.submit(_write_state, pathlib.Path(checkpoint_dir), snapshot)
+            self._future = future
+        else:
+            _write_state(pathlib.Path(checkpoint_dir), snapshot)  # fails this save if it fails
+            future = concurrent.futures.Future()
+            future.set_result(None)
         key = os.path.realpath(checkpoint_dir)
         self._kept[key] = (snapshot, future, _nbytes(snapshot))
         total = sum(n for _, _, n in self._kept.values())

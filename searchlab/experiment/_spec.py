@@ -45,10 +45,13 @@ class ExperimentSpec:
     # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=1`` on the driver turns it on. Off by
     # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
     train_ahead: bool = False
-    # Write a rung end's checkpoint state in a worker thread while the trial goes on (or the
-    # next one starts): ``experiment._checkpoint_writer``. ``SEARCHLAB_BACKGROUND_CHECKPOINTS=0``
-    # on the driver writes it in ``save_checkpoint`` instead.
+    # Stage a rung end's checkpoint (host copy, kept for a resume from memory) and write its
+    # state after Tune's copy of the small files: ``experiment._checkpoint_writer``.
+    # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver: unset or ``auto``, in a thread only
+    # where the process does not train (the data-parallel coordinator), else at once; ``1``, in
+    # a thread everywhere; ``0``, everything in ``save_checkpoint``, as Tune's own trainables.
     background_checkpoints: bool = True
+    checkpoint_write_thread: bool | None = None  # None: auto
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
@@ -75,8 +78,15 @@ class ExperimentSpec:
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
             train_ahead=_flag(TRAIN_AHEAD_VAR, default=False),
-            background_checkpoints=_flag(BACKGROUND_CHECKPOINTS_VAR, default=True),
+            background_checkpoints=_background_checkpoints() is not False,
+            checkpoint_write_thread=_background_checkpoints(),
         )
+
+
+def _background_checkpoints() -> bool | None:
+    """``SEARCHLAB_BACKGROUND_CHECKPOINTS``: None for auto (unset, ``auto``), else the flag."""
+    text = os.environ.get(BACKGROUND_CHECKPOINTS_VAR, "").strip().lower()
+    return None if text in ("", "auto") else _flag(BACKGROUND_CHECKPOINTS_VAR, default=True)
 
 
 def _flag(name: str, *, default: bool) -> bool:

@@ -114,7 +114,8 @@ class SearchlabTrainable(tune.Trainable):
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
-        self._writer = CheckpointWriter()
+        # This process trains: a thread's write would slow training (see _checkpoint_writer).
+        self._writer = CheckpointWriter(thread=bool(experiment.checkpoint_write_thread))
         self._build(config)
 
     def _build(self, config: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""Checkpoint states written in the background: the same files, in place before anyone loads."""
+"""Staged checkpoint writes (in a thread or at once): the same files, in place before anyone
+loads."""
 
 from __future__ import annotations
 
@@ -64,10 +65,13 @@ def _same(a: object, b: object) -> None:
         assert a == b
 
 
-def test_a_background_write_gives_the_files_a_direct_write_gives(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "at-once"])
+def test_a_staged_write_gives_the_files_a_direct_write_gives(
+    tmp_path: pathlib.Path, thread: bool
+) -> None:
     state = _state()
     direct = write_checkpoint_files(tmp_path / "direct", state, {"batches_trained": 12})
-    writer = CheckpointWriter()
+    writer = CheckpointWriter(thread=thread)
     final = tmp_path / "trial" / "checkpoint_000001"
     _save(writer, tmp_path / "staging", final, state)
     # Training goes on at once: the state changes in place while the write may still run.
@@ -87,8 +91,9 @@ def test_a_background_write_gives_the_files_a_direct_write_gives(tmp_path: pathl
     writer.close()
 
 
-def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path) -> None:
-    writer = CheckpointWriter()
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "at-once"])
+def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path, thread: bool) -> None:
+    writer = CheckpointWriter(thread=thread)
     final = tmp_path / "t" / "checkpoint_000000"
     state = _state(1)
     _save(writer, tmp_path / "s", final, state)
@@ -127,6 +132,39 @@ def test_a_failed_write_is_raised_by_the_next_call(tmp_path: pathlib.Path) -> No
     writer.start(str(tmp_path / "gone"))  # Tune's copy is not there: the write fails
     with pytest.raises(FileNotFoundError):
         writer.flush()
+    writer.close()
+
+
+def test_a_write_at_once_is_complete_when_start_returns(tmp_path: pathlib.Path) -> None:
+    writer = CheckpointWriter(thread=False)
+    final = tmp_path / "t" / "checkpoint_000000"
+    _save(writer, tmp_path / "s", final, _state(3))
+    assert (final / STATE_FILE).is_file() and not is_being_written(final)
+    assert writer._pool is None  # no thread was started
+    _same(load_checkpoint(final, trusted=True)[0], _state(3))
+    writer.close()
+
+
+def test_a_failed_write_at_once_fails_its_own_save_and_keeps_nothing(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written at once, a failure is raised by the save that made it (not by the next call,
+    which on a reused actor belongs to another trial), its marker says so, nothing is kept."""
+    import searchlab.experiment._checkpoint_writer as module
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, "write_checkpoint_state", full_disk)
+    writer = CheckpointWriter(thread=False)
+    final = tmp_path / "t" / "checkpoint_000000"
+    with pytest.raises(OSError, match="No space left"):
+        _save(writer, tmp_path / "s", final, _state())
+    assert "No space left" in json.loads((final / WRITING_MARKER).read_text())["failed"]
+    assert wait_until_written(final, timeout_s=5.0) is False
+    assert writer.take(str(final)) is None
+    writer.check()
+    writer.flush()  # nothing left to raise: the error went to the save
     writer.close()
 
 
@@ -295,7 +333,7 @@ def _search_config(name: str) -> dict:
 
 
 @pytest.mark.ray
-def test_a_search_with_background_writes_ends_as_one_without(
+def test_a_search_with_staged_writes_ends_as_one_without(
     ray_session: object, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from driver_procs import search_outcome
@@ -303,7 +341,8 @@ def test_a_search_with_background_writes_ends_as_one_without(
     import searchlab
 
     outcomes, memory_loads, weights = {}, {}, {}
-    for mode in ("1", "0"):
+    # In a thread, at once (the default for a one-process trial), and not staged at all.
+    for mode in ("1", "auto", "0"):
         monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
         results = searchlab.run(
             _search_config(f"bg-{mode}"),
@@ -327,22 +366,43 @@ def test_a_search_with_background_writes_ends_as_one_without(
             for f in exp.glob("*/result.json")
             for line in f.read_text().splitlines()
         )
-    assert outcomes["1"] == outcomes["0"]
-    assert weights["1"].keys() == weights["0"].keys()
-    for lr, models in weights["1"].items():
-        _same(models, weights["0"][lr])  # bit for bit
+    for staged in ("1", "auto"):
+        assert outcomes[staged] == outcomes["0"]
+        assert weights[staged].keys() == weights["0"].keys()
+        for lr, models in weights[staged].items():
+            _same(models, weights["0"][lr])  # bit for bit
     # Promoted trials came back to the worker that paused them (one trial at a time).
-    assert memory_loads["1"] > 0 and memory_loads["0"] == 0
+    assert memory_loads["1"] > 0 and memory_loads["auto"] > 0 and memory_loads["0"] == 0
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("mode", ["1", "auto"], ids=["thread", "at-once"])
 def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
-    ray_session: object, tmp_path: pathlib.Path
+    ray_session: object, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """The driver lives on and registered the checkpoint; its worker died before the state was
-    in place. The retry falls back to the trial's previous checkpoint (or starts over), says
-    so, and the search ends as an uninterrupted one."""
+    """The driver lives on; its worker died before the state was in place. In a thread, the
+    driver had registered the checkpoint: the retry falls back to the trial's previous
+    checkpoint (or starts over) and says so. At once, the save itself failed. Either way the
+    search ends as an uninterrupted one."""
     from driver_procs import check_a_kill_mid_write_recovers
 
+    monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
     # The worker writes the state (the one-process trainable): the kill hits it alone.
-    check_a_kill_mid_write_recovers(_search_config, RESUME_MODEL, tmp_path, nth_write=4)
+    check_a_kill_mid_write_recovers(
+        _search_config, RESUME_MODEL, tmp_path, nth_write=4, registered=mode == "1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("", None), ("auto", None), (" AUTO ", None), ("1", True), ("on", True), ("0", False)],
+)
+def test_the_environment_variable_picks_where_states_are_written(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: bool | None
+) -> None:
+    """Unset or ``auto``: in a thread only where the process trains nothing; ``1``: in a thread
+    everywhere; ``0``: not staged (written in ``save_checkpoint``)."""
+    from searchlab.experiment._spec import _background_checkpoints
+
+    monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", value)
+    assert _background_checkpoints() is expected

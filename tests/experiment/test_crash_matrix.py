@@ -328,7 +328,7 @@ def test_a_full_disk_pauses_the_search_resumably_and_says_so(
 def test_kill_during_a_background_checkpoint_write_resumes_from_the_previous_checkpoint(
     tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
 ) -> None:
-    # The third rung-end state written in the background: written aside, not yet in place.
+    # The third staged rung-end state: its small files in place, its state not yet.
     with ray_tmpdir() as ray_tmp:
         exp_dir = _killed_at("checkpoint-background-write", 3, tmp_path, ray_tmp)
         unfinished = [p.parent for p in exp_dir.glob("*/checkpoint_*/state-dict.writing")]

@@ -242,3 +242,29 @@ def test_accelerator_warmup_initialises_cuda_in_the_background() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_host_copy_of_cuda_state_is_pinned_equal_and_independent() -> None:
+    """A rung end's host copy: pinned buffers filled by asynchronous copies, complete when
+    ``host_copy`` returns, with the same values and memory layout, sharing nothing."""
+    from searchlab.experiment._checkpoint_writer import host_copy
+
+    model = torch.nn.Conv2d(3, 8, 3).cuda().to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 3, 8, 8, device="cuda")).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 1}
+    copied = host_copy(state)
+    weight = copied["model"]["weight"]
+    assert weight.device.type == "cpu" and weight.is_pinned()
+    assert weight.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(weight, model.weight.detach().cpu())
+    momentum = copied["optimizer"]["state"][0]["momentum_buffer"]
+    assert momentum.is_pinned() and torch.equal(
+        momentum, optimizer.state[model.weight]["momentum_buffer"].cpu()
+    )
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    torch.cuda.synchronize()
+    assert not torch.equal(weight, model.weight.detach().cpu())  # training on leaves it alone
+    assert copied["step"] == 1 and copied["model"] is not state["model"]
