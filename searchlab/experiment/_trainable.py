@@ -144,7 +144,6 @@ class SearchlabTrainable(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():
             assert self._runner is not None
-            began = time.perf_counter()
             saved = self._runner.state()
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
                 state, metadata = saved
@@ -157,7 +156,6 @@ class SearchlabTrainable(tune.Trainable):
                     write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
                 failpoint("checkpoint-write")  # written, not yet handed to Tune
                 self._runner.checkpoint_written(checkpoint_dir)
-                self._runner.timing["checkpoint_write_s"] = time.perf_counter() - began
         if self._runner is not None and self._runner.at_rung_end:
             self._idle.arm()  # a pause at a rung: nothing may call the actor for a long time
         return None
@@ -180,9 +178,13 @@ class SearchlabTrainable(tune.Trainable):
             self._runner.timing["checkpoint_load_s"] = time.perf_counter() - began
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
-        return save_then_write(
+        began = time.perf_counter()
+        saved = save_then_write(
             self._writer, lambda: super(SearchlabTrainable, self).save(checkpoint_dir)
         )
+        if self._runner is not None:  # the whole save, the state's write at once included
+            self._runner.timing["checkpoint_write_s"] = time.perf_counter() - began
+        return saved
 
     def _in_background(self) -> bool:
         runner = self._runner

@@ -361,11 +361,19 @@ def test_a_search_with_staged_writes_ends_as_one_without(
             newest = max((exp / row.trial_id).glob("checkpoint_*"))
             last[round(row.lr, 9)] = load_checkpoint(newest, trusted=True)[0]["models_state_dict"]
         weights[mode] = last
-        memory_loads[mode] = sum(
-            "searchlab_timing_resumed_from_memory" in line
+        lines = [
+            json.loads(line)
             for f in exp.glob("*/result.json")
             for line in f.read_text().splitlines()
-        )
+        ]
+        memory_loads[mode] = sum("searchlab_timing_resumed_from_memory" in r for r in lines)
+        # Each save's seconds reach the results (at once: the state's write included).
+        writes = [
+            r["searchlab_timing_checkpoint_write_s"]
+            for r in lines
+            if "searchlab_timing_checkpoint_write_s" in r
+        ]
+        assert writes and all(w > 0 for w in writes), mode
     for staged in ("1", "auto"):
         assert outcomes[staged] == outcomes["0"]
         assert weights[staged].keys() == weights["0"].keys()
