@@ -41,6 +41,7 @@ import collections
 import concurrent.futures
 import copy
 import json
+import logging
 import os
 import pathlib
 import socket
@@ -64,6 +65,8 @@ __all__ = [
     "is_being_written",
     "wait_until_written",
 ]
+
+logger = logging.getLogger("searchlab")
 
 WAIT_FOR_WRITER_S = 120.0  # longest wait for another live worker's write
 
@@ -170,7 +173,9 @@ class CheckpointWriter:
         self._keep_bytes = default_keep_bytes() if keep_bytes is None else keep_bytes
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._future: concurrent.futures.Future[None] | None = None
+        self._future_of: tuple[str | None, str] = (None, "")  # its trial, its directory
         self._staged: dict[str, Any] | None = None  # saved, not yet handed to the thread
+        self._staged_owner: str | None = None
         # checkpoint dir -> (state, its write, bytes), oldest first
         self._kept: collections.OrderedDict[
             str, tuple[dict[str, Any], concurrent.futures.Future[None], int]
@@ -182,18 +187,20 @@ class CheckpointWriter:
         state: Mapping[str, Any],
         metadata: Mapping[str, Any],
         owned: bool = False,
+        owner: str | None = None,
     ) -> None:
         """In ``save_checkpoint``: copy ``state`` to host memory and write the small files.
 
         ``owned``: ``state`` is already the caller's own host copy, which nothing else
-        changes (the data-parallel trainable's, loaded from rank 0's bytes): kept as it is."""
-        self.flush()  # one write in flight at a time (raising the last one's error)
+        changes (the data-parallel trainable's, loaded from rank 0's bytes): kept as it is.
+        ``owner``: the trial saving (see ``flush``)."""
+        self.flush(owner)  # one write in flight at a time (raising the last one's error)
         snapshot = dict(state) if owned else host_copy(dict(state))
         directory = pathlib.Path(staging_dir)
         marker = {"pid": os.getpid(), "host": socket.gethostname()}
         (directory / WRITING_MARKER).write_text(json.dumps(marker))
         write_checkpoint_metadata(directory, metadata)
-        self._staged = snapshot
+        self._staged, self._staged_owner = snapshot, owner
 
     @property
     def staged(self) -> bool:
@@ -216,7 +223,7 @@ class CheckpointWriter:
                     1, thread_name_prefix="searchlab-checkpoint-write"
                 )
             future = self._pool.submit(_write_state, pathlib.Path(checkpoint_dir), snapshot)
-            self._future = future
+            self._future, self._future_of = future, (self._staged_owner, checkpoint_dir)
         else:
             _write_state(pathlib.Path(checkpoint_dir), snapshot)  # fails this save if it fails
             future = concurrent.futures.Future()
@@ -235,19 +242,33 @@ class CheckpointWriter:
         kept = self._kept.pop(os.path.realpath(checkpoint_dir), None)
         if kept is None:
             return None
-        kept[1].result()  # written (or raises): the file and the memory agree
+        if kept[1].exception() is not None:  # waits for the write; the file never came
+            return None  # the caller reads the directory, whose marker says it failed
         return kept[0]
 
-    def flush(self) -> None:
-        """Wait for the write in flight, raising its error."""
+    def flush(self, owner: str | None = None) -> None:
+        """Wait for the write in flight, raising its error. A write that another trial than
+        ``owner`` made (an actor Tune reused) is logged instead: its marker says it failed,
+        so that trial's resume falls back to its checkpoint before."""
         future, self._future = self._future, None
-        if future is not None:
-            future.result()
+        if future is None or future.exception() is None:
+            return
+        wrote_for, directory = self._future_of
+        if owner is not None and wrote_for is not None and owner != wrote_for:
+            logger.warning(
+                "trial %s's checkpoint %s was not written (%s); that trial resumes from its "
+                "checkpoint before",
+                wrote_for,
+                directory,
+                future.exception(),
+            )
+            return
+        future.result()
 
-    def check(self) -> None:
-        """Raise the error of a finished write, if it failed."""
+    def check(self, owner: str | None = None) -> None:
+        """Raise the error of a finished write, if it failed (see ``flush``)."""
         if self._future is not None and self._future.done():
-            self.flush()
+            self.flush(owner)
 
     def close(self) -> None:
         """Wait for the last write; forget every kept state."""

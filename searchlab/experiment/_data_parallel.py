@@ -287,7 +287,7 @@ class DataParallelTrainable(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         with self._idle.busy():
-            self._writer.check()  # a failed background write fails the trial, as a save did
+            self._writer.check(self.trial_id)  # its own failed write fails it, as a save did
             results = ray.get([w.step.remote() for w in self._workers])
         return results[0]
 
@@ -319,9 +319,9 @@ class DataParallelTrainable(tune.Trainable):
         if write_in_background(self._spec, self._storage, at_rung_end, reads_files):
             # The state is this process's own copy (loaded from rank 0's bytes), so it is
             # staged as it is; ``save`` writes it after Tune's copy.
-            self._writer.stage(checkpoint_dir, state, metadata, owned=True)
+            self._writer.stage(checkpoint_dir, state, metadata, owned=True, owner=self.trial_id)
         else:
-            self._writer.flush()  # an earlier write's error first
+            self._writer.flush(self.trial_id)  # an earlier write's error first
             write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
         ray.get(rank0.checkpoint_written.remote(checkpoint_dir))  # rank 0's hooks
         # Reported with rank 0's next result (Ray runs one caller's calls to an actor in order).

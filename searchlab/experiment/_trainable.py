@@ -138,7 +138,7 @@ class SearchlabTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         with self._idle.busy():
             assert self._runner is not None
-            self._writer.check()  # a failed background write fails the trial, as a save did
+            self._writer.check(self.trial_id)  # its own failed write fails it, as a save did
             return self._runner.step()
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -148,10 +148,10 @@ class SearchlabTrainable(tune.Trainable):
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
                 state, metadata = saved
                 metadata = {**metadata, CHECKPOINT_LENGTH_KEY: self._runner.length_done}
-                if self._in_background():
-                    self._writer.stage(checkpoint_dir, state, metadata)  # state: after save()
+                if self._in_background():  # the state's write follows Tune's save()
+                    self._writer.stage(checkpoint_dir, state, metadata, owner=self.trial_id)
                 else:
-                    self._writer.flush()  # an earlier write's error first
+                    self._writer.flush(self.trial_id)  # an earlier write's error first
                     # Tune copies the directory into the experiment and deletes it: no fsync.
                     write_checkpoint_files(checkpoint_dir, state, metadata, durable=False)
                 failpoint("checkpoint-write")  # written, not yet handed to Tune

@@ -135,6 +135,41 @@ def test_a_failed_write_is_raised_by_the_next_call(tmp_path: pathlib.Path) -> No
     writer.close()
 
 
+def test_a_failed_thread_write_is_raised_to_its_own_trial_only(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On an actor Tune reused, trial b's first call finds trial a's failed write: b goes on
+    and the failure is logged (a's marker makes a's resume fall back); a's own next call
+    raises it, as a failed save would; a's state is not served from memory."""
+    import searchlab.experiment._checkpoint_writer as module
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, "write_checkpoint_state", full_disk)
+    final = tmp_path / "a" / "checkpoint_000000"
+    for caller, raises in (("b", False), ("a", True)):
+        writer = CheckpointWriter()
+        staging = tmp_path / f"s-{caller}"
+        staging.mkdir()
+        writer.stage(str(staging), _state(), {"batches_trained": 12}, owner="a")
+        final.mkdir(parents=True, exist_ok=True)
+        for f in staging.iterdir():  # Tune's copy
+            (final / f.name).write_bytes(f.read_bytes())
+        writer.start(str(final))
+        writer._future.exception()  # the write has ended
+        caplog.clear()
+        if raises:
+            with pytest.raises(OSError, match="No space left"):
+                writer.check("a")
+        else:
+            writer.check("b")
+            assert "trial a's checkpoint" in caplog.text and "No space left" in caplog.text
+        writer.flush("a")  # reported once: nothing left to raise
+        assert writer.take(str(final)) is None
+        writer.close()
+
+
 def test_a_write_at_once_is_complete_when_start_returns(tmp_path: pathlib.Path) -> None:
     writer = CheckpointWriter(thread=False)
     final = tmp_path / "t" / "checkpoint_000000"
