@@ -12,9 +12,9 @@ next trial start). With a ResNet-18 that was ~0.12 s of ``torch.save`` and a sec
    written into it (atomically: a temporary file renamed) and the marker removed: by a thread
    while the trial goes on, or at once, before ``save`` returns (``thread=False``).
 
-Where the writing process also trains (a one-process trial), the write is made at once: on an
-H100 host a thread's ``torch.save`` slowed every training window it overlapped by a quarter
-(it competes with the training loop for the GIL), which cost more than the write itself.
+Where the writing process also trains (a one-process trial), the write is made at once: on two
+of three H100 hosts a thread's ``torch.save`` slowed the training windows of a search by about
+a quarter (the thread and the training loop share one GIL), which cost more than the write.
 Written at once, the state still goes to the experiment only once (Tune copies just the small
 files) and stays in memory for the worker's next resume of the trial. The data-parallel
 trial's coordinator trains nothing, so it writes in a thread.
