@@ -20,10 +20,9 @@ from searchlab.config import (
     load_experiment_config,
 )
 from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
-from searchlab.experiment._idle import idle_after_s
 from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._snapshot import atomic_write, config_digest, prepare_resume
-from searchlab.experiment._spec import ExperimentSpec
+from searchlab.experiment._spec import ExperimentSpec, check_environment
 
 __all__ = ["EXPERIMENT_FILE", "resume", "run"]
 
@@ -67,7 +66,7 @@ def run(
         model_dir=str(model_dir) if model_dir is not None else None,
     )
     _check_entrypoint(cfg)
-    idle_after_s()  # a bad SEARCHLAB_RELEASE_IDLE_AFTER_S fails before anything is written
+    check_environment()  # a bad SEARCHLAB_* switch fails before anything is written
     build_search_method(cfg, max_grid_trials=max_grid_trials)  # a bad search fails here too
     dir_name = check_dir_name(name) if name is not None else experiment_dir_name(cfg.name)
     exp_dir = _experiment_dir(storage_path, dir_name, echo)
@@ -126,7 +125,7 @@ def resume(
             echo=echo,
         )
     _check_entrypoint(cfg)
-    idle_after_s()
+    check_environment()
     spec = ExperimentSpec.from_config(cfg, exp_dir.name)
     from searchlab.experiment._tune import run_tuner
 

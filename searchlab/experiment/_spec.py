@@ -8,9 +8,10 @@ import pathlib
 from typing import Any
 
 from searchlab.config import ExperimentConfig
+from searchlab.errors import ConfigError
 from searchlab.experiment._idle import DEFAULT_AFTER_S, idle_after_s
 
-__all__ = ["ExperimentSpec"]
+__all__ = ["ExperimentSpec", "check_environment"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
@@ -83,15 +84,35 @@ class ExperimentSpec:
         )
 
 
+def check_environment() -> None:
+    """Read every switch ``from_config`` reads from the environment, raising ``ConfigError``
+    for a bad value: called before anything is written."""
+    idle_after_s()
+    _flag(TRAIN_AHEAD_VAR, default=False)
+    _background_checkpoints()
+
+
 def _background_checkpoints() -> bool | None:
     """``SEARCHLAB_BACKGROUND_CHECKPOINTS``: None for auto (unset, ``auto``), else the flag."""
     text = os.environ.get(BACKGROUND_CHECKPOINTS_VAR, "").strip().lower()
-    return None if text in ("", "auto") else _flag(BACKGROUND_CHECKPOINTS_VAR, default=True)
+    if text in ("", "auto"):
+        return None
+    return _flag(BACKGROUND_CHECKPOINTS_VAR, default=True, choices="auto, 1 or 0")
 
 
-def _flag(name: str, *, default: bool) -> bool:
+def _flag(name: str, *, default: bool, choices: str = "1 or 0") -> bool:
+    """An on/off environment variable (``default`` when unset); any other value is refused."""
     text = os.environ.get(name, "").strip().lower()
-    return default if not text else text in ("1", "on", "true", "yes")
+    if not text:
+        return default
+    if text in ("1", "on", "true", "yes"):
+        return True
+    if text in ("0", "off", "false", "no"):
+        return False
+    raise ConfigError(
+        f"environment variable {name}={os.environ[name]!r} is not on or off; set it to "
+        f"{choices}, or unset it"
+    )
 
 
 def _length_dict(length: Any) -> dict[str, int] | None:
