@@ -293,12 +293,18 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
     tuner.fit()
     wall = time.time() - began
     windows = [_window(tid, row, work["report_every"]) for tid, row in collect.rows]
+    return _run(began, wall, windows)
+
+
+def _run(began: float, wall: float, windows: list[dict[str, Any]], **extra: Any) -> dict:
+    """One side's run: when it began, its wall time, its windows and how it was placed."""
     return {
         "wall_s": wall,
         "began": began,
         "windows": windows,
         "slots": SLOTS[0],
         "per_gpu": PER_GPU[0],
+        **extra,
     }
 
 
@@ -352,15 +358,7 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         {**row, "trial_id": row["trial_id"], "n": work["report_every"]}
         for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
-    timing = _searchlab_checkpoint_times(results)
-    return {
-        "wall_s": wall,
-        "began": began,
-        "windows": windows,
-        "slots": SLOTS[0],
-        "per_gpu": PER_GPU[0],
-        **timing,
-    }
+    return _run(began, wall, windows, **_searchlab_checkpoint_times(results))
 
 
 def _searchlab_with(env: dict[str, str]) -> Any:

@@ -459,20 +459,11 @@ def test_a_switch_set_to_neither_on_nor_off_is_a_one_line_error_with_exit_code_2
     name: str,
 ) -> None:
     """A typo no longer turns the switch off without a word: the run refuses to start."""
-    import yaml
-    from toy_experiment import TOY_MODEL_DIR, toy_config
-
-    from searchlab.cli import main
+    from toy_experiment import refused_run
 
     monkeypatch.setenv(name, "ture")
-    config = tmp_path / "x.yaml"
-    config.write_text(yaml.safe_dump(toy_config("x")))
-    code = main(["run", str(config), str(TOY_MODEL_DIR), "--storage-path", str(tmp_path / "runs")])
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
     choices = "auto, 1 or 0" if name == "SEARCHLAB_BACKGROUND_CHECKPOINTS" else "1 or 0"
-    assert err == [
+    assert refused_run(tmp_path, capsys) == [
         f"searchlab: error: environment variable {name}='ture' is not on or off; set it to "
         f"{choices}, or unset it"
     ]
-    assert not (tmp_path / "runs").exists()  # nothing started

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
 import searchlab
@@ -96,19 +95,13 @@ def test_the_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
 def test_a_bad_delay_is_a_one_line_error_with_exit_code_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
-    from searchlab.cli import main
+    from toy_experiment import refused_run
 
     monkeypatch.setenv(ENV_VAR, "nan")
-    config = tmp_path / "x.yaml"
-    config.write_text(yaml.safe_dump(toy_config("x")))
-    code = main(["run", str(config), str(TOY_MODEL_DIR), "--storage-path", str(tmp_path / "runs")])
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
+    assert refused_run(tmp_path, capsys) == [
         f"searchlab: error: environment variable {ENV_VAR}='nan' is not a number of seconds; "
         "set it to e.g. 1.0, or to 'off'"
     ]
-    assert not (tmp_path / "runs").exists()  # nothing started
 
 
 # -- TrialRunner.park ------------------------------------------------------------------------
