@@ -240,8 +240,8 @@ class DataParallelTrainable(tune.Trainable):
         # worker's runner: this one writes the rung-end checkpoints.
         os.environ.update(experiment.environment_variables)
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
-        # This process trains nothing: its writes go to a thread unless set otherwise.
-        self._writer = CheckpointWriter(thread=experiment.checkpoint_write_thread is not False)
+        # This process trains nothing, so its staged writes go to a thread.
+        self._writer = CheckpointWriter(thread=True)
         self._workers = self._start_workers(experiment.slots_per_trial)
         self._build(config)
 

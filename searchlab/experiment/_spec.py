@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 from searchlab.config import ExperimentConfig
 from searchlab.errors import ConfigError
@@ -15,6 +15,7 @@ __all__ = ["ExperimentSpec", "check_environment"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
+CheckpointWrites = Literal["auto", "thread", "off"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +47,18 @@ class ExperimentSpec:
     # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=1`` on the driver turns it on. Off by
     # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
     train_ahead: bool = False
-    # Stage a rung end's checkpoint (host copy, kept for a resume from memory) and write its
-    # state after Tune's copy of the small files: ``experiment._checkpoint_writer``.
-    # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver: unset or ``auto``, in a thread only
-    # where the process does not train (the data-parallel coordinator), else at once; ``1``, in
-    # a thread everywhere; ``0``, everything in ``save_checkpoint``, as Tune's own trainables.
-    background_checkpoints: bool = True
-    checkpoint_write_thread: bool | None = None  # None: auto
+    # How a rung end's checkpoint state is written (``experiment._checkpoint_writer``), from
+    # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver. ``auto`` (unset): staged (a host
+    # copy, kept for a resume from memory) and written after Tune's copy of the small files,
+    # in a thread where the process does not train (the data-parallel coordinator), else at
+    # once; ``thread`` (``1``): in a thread everywhere; ``off`` (``0``): everything in
+    # ``save_checkpoint``, as Tune's own trainables.
+    checkpoint_writes: CheckpointWrites = "auto"
+
+    @property
+    def staged_checkpoints(self) -> bool:
+        """Rung-end states go through a ``CheckpointWriter`` (any setting but ``off``)."""
+        return self.checkpoint_writes != "off"
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
@@ -79,8 +85,7 @@ class ExperimentSpec:
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
             train_ahead=_flag(TRAIN_AHEAD_VAR, default=False),
-            background_checkpoints=_background_checkpoints() is not False,
-            checkpoint_write_thread=_background_checkpoints(),
+            checkpoint_writes=checkpoint_writes(),
         )
 
 
@@ -89,15 +94,16 @@ def check_environment() -> None:
     for a bad value: called before anything is written."""
     idle_after_s()
     _flag(TRAIN_AHEAD_VAR, default=False)
-    _background_checkpoints()
+    checkpoint_writes()
 
 
-def _background_checkpoints() -> bool | None:
-    """``SEARCHLAB_BACKGROUND_CHECKPOINTS``: None for auto (unset, ``auto``), else the flag."""
+def checkpoint_writes() -> CheckpointWrites:
+    """``SEARCHLAB_BACKGROUND_CHECKPOINTS``: ``auto`` (unset), ``thread`` (on) or ``off``."""
     text = os.environ.get(BACKGROUND_CHECKPOINTS_VAR, "").strip().lower()
     if text in ("", "auto"):
-        return None
-    return _flag(BACKGROUND_CHECKPOINTS_VAR, default=True, choices="auto, 1 or 0")
+        return "auto"
+    on = _flag(BACKGROUND_CHECKPOINTS_VAR, default=True, choices="auto, 1 or 0")
+    return "thread" if on else "off"
 
 
 def _flag(name: str, *, default: bool, choices: str = "1 or 0") -> bool:

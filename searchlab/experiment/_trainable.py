@@ -81,7 +81,7 @@ def write_in_background(
     trainable's Tune storage context), and not for a trial whose callbacks read checkpoint
     files as they are written."""
     return (
-        spec.background_checkpoints
+        spec.staged_checkpoints
         and at_rung_end
         and not reads_checkpoint_files
         and storage is not None
@@ -115,7 +115,7 @@ class SearchlabTrainable(tune.Trainable):
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
         # This process trains: a thread's write would slow training (see _checkpoint_writer).
-        self._writer = CheckpointWriter(thread=bool(experiment.checkpoint_write_thread))
+        self._writer = CheckpointWriter(thread=experiment.checkpoint_writes == "thread")
         self._build(config)
 
     def _build(self, config: dict[str, Any]) -> None:

@@ -438,17 +438,24 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("", None), ("auto", None), (" AUTO ", None), ("1", True), ("on", True), ("0", False)],
+    [
+        ("", "auto"),
+        ("auto", "auto"),
+        (" AUTO ", "auto"),
+        ("1", "thread"),
+        ("on", "thread"),
+        ("0", "off"),
+    ],
 )
 def test_the_environment_variable_picks_where_states_are_written(
-    monkeypatch: pytest.MonkeyPatch, value: str, expected: bool | None
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: str
 ) -> None:
     """Unset or ``auto``: in a thread only where the process trains nothing; ``1``: in a thread
     everywhere; ``0``: not staged (written in ``save_checkpoint``)."""
-    from searchlab.experiment._spec import _background_checkpoints
+    from searchlab.experiment._spec import checkpoint_writes
 
     monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", value)
-    assert _background_checkpoints() is expected
+    assert checkpoint_writes() == expected
 
 
 @pytest.mark.parametrize("name", ["SEARCHLAB_BACKGROUND_CHECKPOINTS", "SEARCHLAB_TRAIN_AHEAD"])
