@@ -176,9 +176,10 @@ class CheckpointWriter:
         self._future_of: tuple[str | None, str] = (None, "")  # its trial, its directory
         self._staged: dict[str, Any] | None = None  # saved, not yet handed to the thread
         self._staged_owner: str | None = None
-        # checkpoint dir -> (state, its write, bytes), oldest first
+        # checkpoint dir -> (state, its thread's write or None if written at once, bytes),
+        # oldest first
         self._kept: collections.OrderedDict[
-            str, tuple[dict[str, Any], concurrent.futures.Future[None], int]
+            str, tuple[dict[str, Any], concurrent.futures.Future[None] | None, int]
         ] = collections.OrderedDict()
 
     def stage(
@@ -216,7 +217,7 @@ class CheckpointWriter:
         snapshot, self._staged = self._staged, None
         if snapshot is None:
             return
-        future: concurrent.futures.Future[None]
+        future: concurrent.futures.Future[None] | None = None
         if self._thread:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -226,8 +227,6 @@ class CheckpointWriter:
             self._future, self._future_of = future, (self._staged_owner, checkpoint_dir)
         else:
             _write_state(pathlib.Path(checkpoint_dir), snapshot)  # fails this save if it fails
-            future = concurrent.futures.Future()
-            future.set_result(None)
         key = os.path.realpath(checkpoint_dir)
         self._kept[key] = (snapshot, future, _nbytes(snapshot))
         total = sum(n for _, _, n in self._kept.values())
@@ -242,7 +241,8 @@ class CheckpointWriter:
         kept = self._kept.pop(os.path.realpath(checkpoint_dir), None)
         if kept is None:
             return None
-        if kept[1].exception() is not None:  # waits for the write; the file never came
+        write = kept[1]
+        if write is not None and write.exception() is not None:  # waits for the write; no file
             return None  # the caller reads the directory, whose marker says it failed
         return kept[0]
 

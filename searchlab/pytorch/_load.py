@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pathlib
@@ -70,8 +71,10 @@ def _origin(module: Any) -> str:
     return os.path.realpath(origin) if isinstance(origin, str) else ""
 
 
+@functools.cache
 def _installed_dirs() -> tuple[str, ...]:
-    """The standard library's and site-packages' folders, each ending in a separator."""
+    """The standard library's and site-packages' folders, each ending in a separator (asked
+    once per process: they do not move while it runs)."""
     dirs = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     dirs.update(site.getsitepackages())
     if site.ENABLE_USER_SITE:
