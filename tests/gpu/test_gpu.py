@@ -268,3 +268,23 @@ def test_host_copy_of_cuda_state_is_pinned_equal_and_independent() -> None:
     torch.cuda.synchronize()
     assert not torch.equal(weight, model.weight.detach().cpu())  # training on leaves it alone
     assert copied["step"] == 1 and copied["model"] is not state["model"]
+
+
+def test_an_idle_release_gives_cached_pinned_blocks_back_and_keeps_live_states() -> None:
+    """Host copies are pinned, and torch's host allocator caches freed pinned blocks for the
+    process's life: an idle trial's release hands those back, while a state still kept for a
+    resume from memory stays pinned and intact."""
+    from searchlab.experiment._checkpoint_writer import host_copy
+    from searchlab.experiment._idle import free_accelerator_memory
+
+    kept = host_copy({"w": torch.randn(1 << 20, device="cuda")})
+    dropped = host_copy({"w": torch.randn(1 << 22, device="cuda")})
+    expected = kept["w"].clone()
+    del dropped  # its pinned block goes back to torch's cache, still page-locked
+    before = torch.cuda.host_memory_stats()["allocated_bytes.current"]
+    assert before >= (1 << 22) * 4 + (1 << 20) * 4
+    free_accelerator_memory()
+    after = torch.cuda.host_memory_stats()["allocated_bytes.current"]
+    assert before - after >= (1 << 22) * 4
+    assert after >= (1 << 20) * 4 and kept["w"].is_pinned()
+    assert torch.equal(kept["w"], expected)
