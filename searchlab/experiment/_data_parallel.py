@@ -8,42 +8,35 @@ by the trainable's process (``CheckpointWriter``), and a trial promoted back ont
 trainable resumes from its memory. A trial paused at a rung and left waiting in Tune's actor
 cache has every worker give its trial's memory back (``IdleRelease``; the process group and
 NCCL's buffers stay, for the next trial), as a one-worker trial does.
+
+This module imports neither torch nor the trainer: the trainable's process starts the ranks
+first and imports them while the ranks start and build (torch alone takes 3-4 s on a GPU
+node), instead of before; each rank imports them as its actor is created.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import io
 import logging
 import os
 import pathlib
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-import torch
 from ray import tune
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from searchlab.experiment._checkpoint_writer import CheckpointWriter
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._trainable import (
-    existing_checkpoint,
-    save_then_write,
-    write_in_background,
-)
-from searchlab.experiment._trial_files import (
-    checkpoint_rung_length,
-    load_with_fallback,
-    shipped_model_dir,
-)
-from searchlab.experiment._trial_runner import TrialRunner
-from searchlab.pytorch import DistributedContext
-from searchlab.pytorch._checkpoint import write_checkpoint_files
-from searchlab.pytorch._state import TrialState, capture_rng_state, restore_rng_state
+
+if TYPE_CHECKING:
+    from searchlab.experiment._checkpoint_writer import CheckpointWriter
+    from searchlab.experiment._trial_runner import TrialRunner
 
 __all__ = ["DataParallelTrainable", "TrialWorker", "placement_group_factory"]
 
@@ -64,6 +57,8 @@ class TrialWorker:
     """One rank of a data-parallel trial (a Ray actor)."""
 
     def __init__(self, rank: int, size: int) -> None:
+        # torch and the trainer, while the other ranks and the trainable import theirs.
+        importlib.import_module("searchlab.experiment._trial_runner")
         self.rank, self.size = rank, size
         self.local_rank, self.local_size = 0, 1
         self._runner: TrialRunner | None = None
@@ -82,6 +77,8 @@ class TrialWorker:
         binds every interface unless it is handed a socket). Binding port 0 and keeping the
         socket leaves no window in which another process could take the port.
         """
+        import torch.distributed
+
         if self._store is None:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind((address, 0))
@@ -103,6 +100,9 @@ class TrialWorker:
     ) -> None:
         """Join the trial's process group. All GPUs of the node's workers stay visible (as
         with torchrun), so NCCL can use the peer-to-peer links between them."""
+        import torch
+        import torch.distributed
+
         self.local_rank, self.local_size = local_rank, local_size
         if torch.distributed.is_initialized():
             return
@@ -127,6 +127,10 @@ class TrialWorker:
     def build(
         self, spec: ExperimentSpec, config: dict[str, Any], trial_id: str, logdir: str | None
     ) -> None:
+        from searchlab.experiment._trial_files import shipped_model_dir
+        from searchlab.experiment._trial_runner import TrialRunner
+        from searchlab.pytorch import DistributedContext
+
         if self._runner is not None:
             self._runner.close()
         dist = DistributedContext(
@@ -176,6 +180,10 @@ class TrialWorker:
             self._runner.unpark()
 
     def rng_state(self) -> bytes:
+        import torch
+
+        from searchlab.pytorch._state import capture_rng_state
+
         if self._runner is not None:
             self._runner.settle()  # a window trained ahead ends before any rank's state is taken
         buf = io.BytesIO()
@@ -187,6 +195,8 @@ class TrialWorker:
         self._runner.checkpoint_written(directory)
 
     def state(self) -> bytes | None:
+        import torch
+
         assert self._runner is not None
         saved = self._runner.state()
         if saved is None:
@@ -202,6 +212,8 @@ class TrialWorker:
         length_done: int,
         from_memory: bool = False,
     ) -> None:
+        from searchlab.pytorch._state import TrialState, restore_rng_state
+
         assert self._runner is not None
         self._runner.load(state, checkpoint_uuid, length_done)
         if from_memory and self.rank == 0:  # rank 0's results are the trial's
@@ -240,10 +252,14 @@ class DataParallelTrainable(tune.Trainable):
         # worker's runner: this one writes the rung-end checkpoints.
         os.environ.update(experiment.environment_variables)
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
-        # This process trains nothing, so its staged writes go to a thread.
-        self._writer = CheckpointWriter(thread=True)
         self._workers = self._start_workers(experiment.slots_per_trial)
-        self._build(config)
+        builds = self._build_calls(config)
+        # torch and the writer load here, while the ranks build (see the module docstring).
+        from searchlab.experiment._checkpoint_writer import CheckpointWriter
+
+        # This process trains nothing, so its staged writes go to a thread.
+        self._writer: CheckpointWriter = CheckpointWriter(thread=True)
+        ray.get(builds)
 
     def _release(self) -> None:
         parked = ray.get([w.park.remote() for w in self._workers], timeout=_RELEASE_TIMEOUT_S)
@@ -280,10 +296,10 @@ class DataParallelTrainable(tune.Trainable):
         ray.get(calls)
         return workers
 
-    def _build(self, config: dict[str, Any]) -> None:
-        ray.get(
-            [w.build.remote(self._spec, config, self.trial_id, self.logdir) for w in self._workers]
-        )
+    def _build_calls(self, config: dict[str, Any]) -> list[Any]:
+        return [
+            w.build.remote(self._spec, config, self.trial_id, self.logdir) for w in self._workers
+        ]
 
     def step(self) -> dict[str, Any]:
         with self._idle.busy():
@@ -299,6 +315,12 @@ class DataParallelTrainable(tune.Trainable):
 
     def _save(self, checkpoint_dir: str) -> bool:
         """Save the trial's state into ``checkpoint_dir``; True when it stands at a rung end."""
+        import torch
+
+        from searchlab.experiment._trainable import write_in_background
+        from searchlab.pytorch._checkpoint import write_checkpoint_files
+        from searchlab.pytorch._state import TrialState
+
         began = time.perf_counter()
         ray.get([w.unpark.remote() for w in self._workers])  # every rank's RNG is current
         blob = ray.get(self._workers[0].state.remote())
@@ -329,6 +351,8 @@ class DataParallelTrainable(tune.Trainable):
         return bool(at_rung_end)
 
     def load_checkpoint(self, checkpoint: Any) -> None:
+        from searchlab.experiment._trial_files import checkpoint_rung_length, load_with_fallback
+
         with self._idle.busy():
             began = time.perf_counter()
             kept = self._writer.take(str(checkpoint))
@@ -343,11 +367,15 @@ class DataParallelTrainable(tune.Trainable):
             self._workers[0].add_timing.remote({"checkpoint_load_s": time.perf_counter() - began})
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
+        from searchlab.experiment._trainable import save_then_write
+
         return save_then_write(
             self._writer, lambda: super(DataParallelTrainable, self).save(checkpoint_dir)
         )
 
     def restore(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        from searchlab.experiment._trainable import existing_checkpoint
+
         checkpoint_path = existing_checkpoint(checkpoint_path, self._warn)
         if checkpoint_path is None:
             return None
@@ -362,7 +390,7 @@ class DataParallelTrainable(tune.Trainable):
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         with self._idle.busy():
-            self._build(new_config)
+            ray.get(self._build_calls(new_config))
         return True
 
     def cleanup(self) -> None:

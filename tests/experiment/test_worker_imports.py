@@ -38,6 +38,14 @@ def test_the_trial_actor_does_not_load_the_driver_side() -> None:
     assert not any(loaded.values()), loaded
 
 
+def test_a_data_parallel_trials_coordinator_starts_its_ranks_before_loading_torch() -> None:
+    """The trainable's module is what its process imports before ``setup`` starts the ranks:
+    torch and the trainer load later, while the ranks start (``_data_parallel``)."""
+    heavy = ["torch", "searchlab.experiment._trial_runner", "searchlab.experiment._trainable"]
+    loaded = _loaded_after("import searchlab.experiment._data_parallel", heavy)
+    assert not any(loaded.values()), loaded
+
+
 def test_the_trial_api_loads_neither_ray_nor_pandas() -> None:
     loaded = _loaded_after(
         "from searchlab import pytorch", ["ray", "pandas", "searchlab.experiment"]
