@@ -277,6 +277,10 @@ def test_an_idle_release_gives_cached_pinned_blocks_back_and_keeps_live_states()
     from searchlab.experiment._checkpoint_writer import host_copy
     from searchlab.experiment._idle import free_accelerator_memory
 
+    if getattr(torch.accelerator, "empty_host_cache", None) is None and not hasattr(
+        torch._C, "_host_emptyCache"
+    ):
+        pytest.skip(f"torch {torch.__version__} cannot empty its pinned host cache")
     kept = host_copy({"w": torch.randn(1 << 20, device="cuda")})
     dropped = host_copy({"w": torch.randn(1 << 22, device="cuda")})
     expected = kept["w"].clone()
