@@ -3,7 +3,9 @@
 Loading is weights-only by default: ``torch.load(weights_only=True)`` with an allow-list of what
 searchlab's and Determined's checkpoints hold (tensors, plain containers, numpy's and Python's RNG
 states), so a planted pickle in ``state-dict.pth`` cannot run code; ``trusted=True`` uses the full
-unpickler for files whose origin the user vouches for.
+unpickler for files whose origin the user vouches for. Before either, every record's CRC-32
+(written by ``torch.save``, never checked by ``torch.load``) is checked, so damaged weights are
+a corrupt checkpoint, from which a resume falls back, instead of a silent load.
 
 Format versions:
   1. Determined's layout: ``state_dict.pth`` (underscore; older releases put it under
@@ -22,6 +24,7 @@ import pickle
 import re
 import shutil
 import uuid
+import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -165,6 +168,7 @@ def load_checkpoint(
             f"{directory}: not a checkpoint: it holds neither {STATE_FILE} nor "
             f"{DETERMINED_STATE_FILE}; pass the directory that contains one"
         )
+    _check_sums(path)
     state = _torch_load(path, trusted=trusted, torch_load_kwargs=torch_load_kwargs)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: holds {type(state).__name__}, not a trial's state dict")
@@ -232,6 +236,28 @@ def _torch_load(
             ) from None
         except Exception as exc:  # any other failure to unpickle means a bad file
             raise _corrupt(path, exc) from exc
+
+
+def _check_sums(path: pathlib.Path) -> None:
+    """Check the CRC-32 that ``torch.save`` writes for every record of its zip file.
+
+    ``torch.load`` does not check them: a flipped bit in a tensor's bytes loads without a
+    word, and the trial would train on from damaged weights. Records written with torch's
+    checksums off (``torch.serialization.set_crc32_options(False)``: CRC 0) are not checked,
+    nor are files in torch's legacy format, which is not a zip file.
+    """
+    if not zipfile.is_zipfile(path):
+        return  # the legacy format, or a truncated file: torch.load tells which
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.CRC == 0 and info.file_size:
+                    continue
+                with archive.open(info) as record:  # raises BadZipFile on a CRC mismatch
+                    while record.read(1 << 22):
+                        pass
+    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise _corrupt(path, exc) from exc
 
 
 def _read(path: pathlib.Path, kwargs: dict[str, Any]) -> Any:

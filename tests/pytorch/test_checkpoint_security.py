@@ -123,6 +123,48 @@ def test_corrupt_files_are_still_reported_as_corrupt(tmp_path) -> None:
             pytorch.load_checkpoint(ckpt, trusted=trusted)
 
 
+def _flip_a_weight_byte(state_file: pathlib.Path, value: float) -> None:
+    """Damage one stored weight in place, as a bad disk or a stray write would."""
+    data = bytearray(state_file.read_bytes())
+    at = data.find(np.float32(value).tobytes())
+    assert at > 0, "the weight's bytes are in the file"
+    data[at + 3] ^= 0x01
+    state_file.write_bytes(bytes(data))
+
+
+def test_a_flipped_bit_in_a_tensor_is_refused_not_loaded(tmp_path) -> None:
+    """torch.load does not check the CRC-32 torch.save writes; load_checkpoint does, so a
+    damaged weight is a corrupt checkpoint (the resume falls back) instead of a silent load."""
+    ckpt = _trained_checkpoint(tmp_path)
+    state, _ = pytorch.load_checkpoint(ckpt)
+    weight = state["models_state_dict"][0]["weight"]
+    state_file = ckpt / "state-dict.pth"
+    _flip_a_weight_byte(state_file, float(weight.flatten()[0]))
+    assert torch.load(state_file, weights_only=True)  # torch alone loads it
+    for trusted in (False, True):
+        with pytest.raises(
+            CheckpointError,
+            match=r"state-dict.pth: cannot be read \(BadZipFile: Bad CRC-32 for file .*\); "
+            r"the file is truncated or corrupt, resume from an earlier checkpoint",
+        ):
+            pytorch.load_checkpoint(ckpt, trusted=trusted)
+
+
+def test_a_state_written_with_torchs_checksums_off_still_loads(tmp_path) -> None:
+    ckpt = _trained_checkpoint(tmp_path)
+    state, _ = pytorch.load_checkpoint(ckpt)
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(state, ckpt / "state-dict.pth")
+    finally:
+        torch.serialization.set_crc32_options(before)
+    again, _ = pytorch.load_checkpoint(ckpt)
+    assert torch.equal(
+        again["models_state_dict"][0]["weight"], state["models_state_dict"][0]["weight"]
+    )
+
+
 def _model_dir(root: pathlib.Path, module: str, body: str) -> pathlib.Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / f"{module}.py").write_text(textwrap.dedent(body))
