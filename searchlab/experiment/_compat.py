@@ -24,6 +24,7 @@ __all__ = [
     "TUNE_STATE_PATTERNS",
     "checkpoint_path_of",
     "clear_cublas_workspaces",
+    "empty_host_cache",
     "end_run_resumably",
     "replace_restored_parts",
     "set_trial_paused",
@@ -134,3 +135,19 @@ def clear_cublas_workspaces() -> None:
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if callable(clear):
         clear()
+
+
+def empty_host_cache() -> bool:
+    """Hand torch's cached, unused pinned host blocks back to the system; False where this
+    torch offers no way to. ``torch.accelerator.empty_host_cache`` is recent (torch 2.11 lacks
+    it); older releases have the private ``torch._C._host_emptyCache`` for CUDA."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    empty = getattr(accelerator, "empty_host_cache", None) or getattr(
+        torch._C, "_host_emptyCache", None
+    )
+    if empty is None:
+        return False
+    empty()
+    return True

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from searchlab.errors import ConfigError
-from searchlab.experiment._compat import clear_cublas_workspaces
+from searchlab.experiment._compat import clear_cublas_workspaces, empty_host_cache
 
 __all__ = [
     "DEFAULT_AFTER_S",
@@ -103,23 +103,6 @@ def free_accelerator_memory(collect: bool = True) -> None:
             clear_cublas_workspaces()
             empty_host_cache()
         torch.cuda.empty_cache()
-
-
-def empty_host_cache() -> bool:
-    """Hand torch's cached, unused pinned host blocks back to the system; False where this
-    torch offers no way to. ``torch.accelerator.empty_host_cache`` is recent (torch 2.11, on
-    the GPU machine, lacks it); older releases have the private ``torch._C._host_emptyCache``
-    for CUDA."""
-    import torch
-
-    accelerator = getattr(torch, "accelerator", None)
-    empty = getattr(accelerator, "empty_host_cache", None) or getattr(
-        torch._C, "_host_emptyCache", None
-    )
-    if empty is None:
-        return False
-    empty()
-    return True
 
 
 class IdleRelease:

@@ -131,6 +131,14 @@ def test_torch_can_free_cublas_workspaces() -> None:
     _compat.clear_cublas_workspaces()  # a no-op without CUDA, never an error
 
 
+def test_torch_can_empty_its_pinned_host_cache() -> None:
+    """Idle trials give back the pinned blocks their checkpoint host copies left cached."""
+    assert _compat.empty_host_cache(), (
+        "torch offers neither torch.accelerator.empty_host_cache nor torch._C._host_emptyCache: "
+        "idle trials keep their pinned host blocks (_compat.empty_host_cache)"
+    )  # a no-op without CUDA, never an error
+
+
 def test_only_the_compat_module_reaches_into_ray_or_torch_privates() -> None:
     found = subprocess.run(
         [
