@@ -476,6 +476,12 @@ SIDES = {
     "searchlab_sync_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "0"}),
     # The state written by a thread while the trial trains on (the default before Nov 27).
     "searchlab_thread_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "1"}),
+    # Written at once, in the save (the one-process default since Nov 27), and in a thread
+    # while the worker waits for Tune, finished before the trial trains again.
+    "searchlab_at_once_checkpoints": _searchlab_with(
+        {"SEARCHLAB_BACKGROUND_CHECKPOINTS": "at-once"}
+    ),
+    "searchlab_idle_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "idle"}),
 }
 
 

@@ -10,14 +10,20 @@ next trial start). With a ResNet-18 that was ~0.12 s of ``torch.save`` and a sec
    ``WRITING_MARKER`` (which process writes the state) but no state file;
 2. once Tune has copied that small directory into the experiment, ``state-dict.pth`` is
    written into it (atomically: a temporary file renamed) and the marker removed: by a thread
-   while the trial goes on, or at once, before ``save`` returns (``thread=False``).
+   while the caller goes on, or at once, before ``save`` returns (``thread=False``).
 
-Where the writing process also trains (a one-process trial), the write is made at once: on two
-of three H100 hosts a thread's ``torch.save`` slowed the training windows of a search by about
-a quarter (the thread and the training loop share one GIL), which cost more than the write.
-Written at once, the state still goes to the experiment only once (Tune copies just the small
-files) and stays in memory for the worker's next resume of the trial. The data-parallel
-trial's coordinator trains nothing, so it writes in a thread.
+Where the writing process also trains (a one-process trial), the thread's write is finished
+before the trial trains again (``finish_before_training``, called by the trainable's
+``step``). So it overlaps only the worker's waits for Tune: after a pause, Tune's stop, the
+next trial's reset and build, and Tune's call to train; after a rung end the trial goes on
+from, only the short trip to Tune and back. On two of three H100 hosts a thread's
+``torch.save`` beside training slowed the windows of a search by about a quarter (the thread
+and the training loop share one GIL), which cost more than the write. Written at once, it
+added ~0.1 s to every hand-over; between windows, a hand-over took 0.50 s against 0.56-0.60 s
+(``SEARCHLAB_BACKGROUND_CHECKPOINTS``: ``idle``, the default here; ``at-once``; ``1`` for a
+thread beside training). Either way the state goes to the experiment only once (Tune copies
+just the small files) and stays in memory for the worker's next resume of the trial. The
+data-parallel trial's coordinator trains nothing, so its thread writes while the ranks train.
 
 A checkpoint is complete when it holds ``state-dict.pth`` and no marker. Until then:
 
@@ -165,11 +171,19 @@ class CheckpointWriter:
     The states it wrote stay in host memory, newest first, up to ``keep_bytes`` in all
     (default: ``default_keep_bytes()``), for ``take``: on one GPU the same worker runs every
     trial, so a promoted trial comes back to the worker that paused it. ``thread``: write in a
-    thread while the caller goes on (else at once, in ``start``).
+    thread while the caller goes on (else at once, in ``start``); ``finish_before_training``:
+    ``before_training`` waits for that thread.
     """
 
-    def __init__(self, keep_bytes: int | None = None, *, thread: bool = True) -> None:
+    def __init__(
+        self,
+        keep_bytes: int | None = None,
+        *,
+        thread: bool = True,
+        finish_before_training: bool = False,
+    ) -> None:
         self._thread = thread
+        self._finish_before_training = finish_before_training
         self._keep_bytes = default_keep_bytes() if keep_bytes is None else keep_bytes
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._future: concurrent.futures.Future[None] | None = None
@@ -269,6 +283,16 @@ class CheckpointWriter:
         """Raise the error of a finished write, if it failed (see ``flush``)."""
         if self._future is not None and self._future.done():
             self.flush(owner)
+
+    def before_training(self, owner: str | None = None) -> None:
+        """As ``owner`` starts to train again: with ``finish_before_training``, wait for the
+        write in flight, which then overlapped only the worker's waits for Tune (the pause,
+        the next trial's reset and build, Tune's call to train), never training; else as
+        ``check``."""
+        if self._finish_before_training:
+            self.flush(owner)
+        else:
+            self.check(owner)
 
     def close(self) -> None:
         """Wait for the last write; forget every kept state."""

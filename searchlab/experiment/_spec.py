@@ -15,7 +15,11 @@ __all__ = ["ExperimentSpec", "check_environment"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
-CheckpointWrites = Literal["auto", "thread", "off"]
+CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
+# What ``auto`` means where the writing process also trains (a one-process trial): on an
+# H100 a hand-over took 0.50 s against 0.56-0.60 s with the write at once, and training windows
+# kept their rate (benchmarks/README.md, call S).
+AUTO_CHECKPOINT_WRITES: CheckpointWrites = "idle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +52,13 @@ class ExperimentSpec:
     # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
     train_ahead: bool = False
     # How a rung end's checkpoint state is written (``experiment._checkpoint_writer``), from
-    # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver. ``auto`` (unset): staged (a host
-    # copy, kept for a resume from memory) and written after Tune's copy of the small files,
-    # in a thread where the process does not train (the data-parallel coordinator), else at
-    # once; ``thread`` (``1``): in a thread everywhere; ``off`` (``0``): everything in
-    # ``save_checkpoint``, as Tune's own trainables.
+    # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver. Every value but ``off`` stages it (a
+    # host copy, kept for a resume from memory) and writes it after Tune's copy of the small
+    # files: ``at-once`` before ``save`` returns; ``idle`` in a thread while the worker waits
+    # for Tune, finished before the trial trains again; ``thread`` (``1``) in a thread, also
+    # while the trial trains. ``auto`` (unset): ``AUTO_CHECKPOINT_WRITES`` where the process
+    # trains, a thread in the data-parallel coordinator, which does not. ``off`` (``0``):
+    # everything in ``save_checkpoint``, as Tune's own trainables.
     checkpoint_writes: CheckpointWrites = "auto"
 
     @property
@@ -98,11 +104,16 @@ def check_environment() -> None:
 
 
 def checkpoint_writes() -> CheckpointWrites:
-    """``SEARCHLAB_BACKGROUND_CHECKPOINTS``: ``auto`` (unset), ``thread`` (on) or ``off``."""
-    text = os.environ.get(BACKGROUND_CHECKPOINTS_VAR, "").strip().lower()
+    """``SEARCHLAB_BACKGROUND_CHECKPOINTS``: ``auto`` (unset), ``at-once``, ``idle``,
+    ``thread`` (on) or ``off``."""
+    text = os.environ.get(BACKGROUND_CHECKPOINTS_VAR, "").strip().lower().replace("-", "_")
     if text in ("", "auto"):
         return "auto"
-    on = _flag(BACKGROUND_CHECKPOINTS_VAR, default=True, choices="auto, 1 or 0")
+    if text == "at_once":
+        return "at_once"
+    if text == "idle":
+        return "idle"
+    on = _flag(BACKGROUND_CHECKPOINTS_VAR, default=True, choices="auto, at-once, idle, 1 or 0")
     return "thread" if on else "off"
 
 

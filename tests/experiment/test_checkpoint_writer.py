@@ -91,6 +91,39 @@ def test_a_staged_write_gives_the_files_a_direct_write_gives(
     writer.close()
 
 
+@pytest.mark.parametrize("finish", [True, False], ids=["finished-first", "beside-training"])
+def test_a_thread_write_is_finished_before_training_only_when_asked(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, finish: bool
+) -> None:
+    """``idle`` (the one-process default): the write overlaps the worker's waits for Tune and
+    is in place when the trial trains again. ``1``: training may start beside it."""
+    import searchlab.experiment._checkpoint_writer as module
+
+    release = threading.Event()
+    write = module._write_state
+
+    def held_write(directory: pathlib.Path, state: dict) -> None:
+        assert release.wait(30), "the test never let the write go"
+        write(directory, state)
+
+    monkeypatch.setattr(module, "_write_state", held_write)
+    writer = CheckpointWriter(thread=True, finish_before_training=finish)
+    final = tmp_path / "t" / "checkpoint_000000"
+    _save(writer, tmp_path / "s", final, _state(1))
+    assert is_being_written(final)  # the write is held: save returned without it
+    if finish:
+        threading.Timer(0.2, release.set).start()
+        writer.before_training("trial-a")  # waits for the write, however long it takes
+        assert release.is_set() and not is_being_written(final)
+        assert (final / STATE_FILE).is_file()
+    else:
+        writer.before_training("trial-a")  # returns with the write still held
+        assert is_being_written(final) and not (final / STATE_FILE).exists()
+        release.set()
+    writer.close()
+    assert not is_being_written(final) and (final / STATE_FILE).is_file()
+
+
 @pytest.mark.parametrize("thread", [True, False], ids=["thread", "at-once"])
 def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path, thread: bool) -> None:
     writer = CheckpointWriter(thread=thread)
@@ -376,8 +409,9 @@ def test_a_search_with_staged_writes_ends_as_one_without(
     import searchlab
 
     outcomes, memory_loads, weights = {}, {}, {}
-    # In a thread, at once (the default for a one-process trial), and not staged at all.
-    for mode in ("1", "auto", "0"):
+    # In a thread beside training, in a thread finished before training (the default for a
+    # one-process trial), at once, and not staged at all.
+    for mode in ("1", "auto", "at-once", "0"):
         monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
         results = searchlab.run(
             _search_config(f"bg-{mode}"),
@@ -409,30 +443,33 @@ def test_a_search_with_staged_writes_ends_as_one_without(
             if "searchlab_timing_checkpoint_write_s" in r
         ]
         assert writes and all(w > 0 for w in writes), mode
-    for staged in ("1", "auto"):
+    for staged in ("1", "auto", "at-once"):
         assert outcomes[staged] == outcomes["0"]
         assert weights[staged].keys() == weights["0"].keys()
         for lr, models in weights[staged].items():
             _same(models, weights["0"][lr])  # bit for bit
     # Promoted trials came back to the worker that paused them (one trial at a time).
-    assert memory_loads["1"] > 0 and memory_loads["auto"] > 0 and memory_loads["0"] == 0
+    assert all(memory_loads[m] > 0 for m in ("1", "auto", "at-once")) and memory_loads["0"] == 0
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("mode", ["1", "auto"], ids=["thread", "at-once"])
+@pytest.mark.parametrize(
+    "mode", ["1", "auto", "at-once"], ids=["thread", "thread-before-training", "at-once"]
+)
 def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
     ray_session: object, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """The driver lives on; its worker died before the state was in place. In a thread, the
-    driver had registered the checkpoint: the retry falls back to the trial's previous
-    checkpoint (or starts over) and says so. At once, the save itself failed. Either way the
-    search ends as an uninterrupted one."""
+    driver had registered the checkpoint (whether or not the thread finishes before the trial
+    trains again): the retry falls back to the trial's previous checkpoint (or starts over) and
+    says so. At once, the save itself failed. Either way the search ends as an uninterrupted
+    one."""
     from driver_procs import check_a_kill_mid_write_recovers
 
     monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
     # The worker writes the state (the one-process trainable): the kill hits it alone.
     check_a_kill_mid_write_recovers(
-        _search_config, RESUME_MODEL, tmp_path, nth_write=4, registered=mode == "1"
+        _search_config, RESUME_MODEL, tmp_path, nth_write=4, registered=mode != "at-once"
     )
 
 
@@ -442,6 +479,9 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
         ("", "auto"),
         ("auto", "auto"),
         (" AUTO ", "auto"),
+        ("at-once", "at_once"),
+        ("AT_ONCE", "at_once"),
+        ("idle", "idle"),
         ("1", "thread"),
         ("on", "thread"),
         ("0", "off"),
@@ -450,8 +490,9 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
 def test_the_environment_variable_picks_where_states_are_written(
     monkeypatch: pytest.MonkeyPatch, value: str, expected: str
 ) -> None:
-    """Unset or ``auto``: in a thread only where the process trains nothing; ``1``: in a thread
-    everywhere; ``0``: not staged (written in ``save_checkpoint``)."""
+    """Unset or ``auto``: in a thread, finished before training where the process trains;
+    ``at-once``: before ``save`` returns; ``idle``: in a thread finished before training;
+    ``1``: in a thread beside training; ``0``: not staged (written in ``save_checkpoint``)."""
     from searchlab.experiment._spec import checkpoint_writes
 
     monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", value)
@@ -469,7 +510,9 @@ def test_a_switch_set_to_neither_on_nor_off_is_a_one_line_error_with_exit_code_2
     from toy_experiment import refused_run
 
     monkeypatch.setenv(name, "ture")
-    choices = "auto, 1 or 0" if name == "SEARCHLAB_BACKGROUND_CHECKPOINTS" else "1 or 0"
+    choices = (
+        "auto, at-once, idle, 1 or 0" if name == "SEARCHLAB_BACKGROUND_CHECKPOINTS" else "1 or 0"
+    )
     assert refused_run(tmp_path, capsys) == [
         f"searchlab: error: environment variable {name}='ture' is not on or off; set it to "
         f"{choices}, or unset it"
