@@ -30,8 +30,12 @@ settings (a class ``Trainable``, ``reuse_actors=True``) and through ``searchlab.
 ``adaptive_asha`` (promotion: trials pause at each rung and the best are resumed), on the
 same 16 learning rates (log-uniform, one seed; searchlab samples them from that list), one
 trial at a time on each GPU (``--gpus``). Ray is
-started once; the sides alternate (Ray, searchlab, Ray, searchlab, ...), so drift of the
-machine hits both. Before each pair, a hand-written loop of the same step gives the solo rate.
+started once; the sides alternate, and who goes first alternates between rounds (Ray,
+searchlab, then searchlab, Ray, ...): drift of the machine hits both, and so does the first
+run's cold page cache (its imports took ~3.5 s longer in one call). Before each round, a
+hand-written loop of the same step gives the solo rate: the best of three timed blocks after a
+warm-up, so one slow block (the GPU's clock ramping up, cuDNN still tuning) does not make
+every side's efficiency read high.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
@@ -216,40 +220,55 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
         ray.train.report(out)
 
 
-def solo_rate(hp: dict[str, Any], batches: int) -> float:
-    """Batches per second of a hand-written loop of the same step (after a warm-up), in a Ray
-    worker with a trial's resources (threads, GPU), as the trials run."""
+SOLO_BLOCKS = 3
+
+
+def round_order(sides: list[str], round_index: int) -> list[str]:
+    """The sides in the order given in even rounds, reversed in odd ones: the first run after
+    Ray's start pays a cold page cache, and the rounds share that between the sides."""
+    return list(sides) if round_index % 2 == 0 else list(reversed(sides))
+
+
+def solo_rate(hp: dict[str, Any], batches: int) -> tuple[float, list[float]]:
+    """Batches per second of a hand-written loop of the same step, in a Ray worker with a
+    trial's resources (threads, GPU), as the trials run: the best of ``SOLO_BLOCKS`` timed
+    blocks of ``batches`` after a warm-up, and every block's rate."""
     import ray
 
     gpu = 1 if torch.cuda.is_available() else 0
-    remote = ray.remote(num_cpus=1, num_gpus=gpu)(_solo_rate)
-    return float(ray.get(remote.remote(hp, batches)))
+    remote = ray.remote(num_cpus=1, num_gpus=gpu)(_solo_blocks)
+    blocks = [float(b) for b in ray.get(remote.remote(hp, batches))]
+    return max(blocks), blocks
 
 
-def _solo_rate(hp: dict[str, Any], batches: int) -> float:
+def _solo_blocks(hp: dict[str, Any], batches: int) -> list[float]:
     from asha_def import TrainStep
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     step = TrainStep({**hp, "lr": 0.01}, device, seed=0)
     loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
     it = _forever(loader)
-    warm = max(batches // 5, 2)
-    for i in range(warm + batches):
-        if i == warm:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            began = time.perf_counter()
-        loss = step.loss(*step.inputs(next(it)))
+    _train_block(step, it, device, max(batches // 5, 2))  # warm-up: cuDNN's tuning, the allocator
+    blocks = [_train_block(step, it, device, batches) for _ in range(SOLO_BLOCKS)]
+    del step, loader, it
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return blocks
+
+
+def _train_block(step: Any, batches: Any, device: torch.device, n: int) -> float:
+    """Batches per second of ``n`` steps of the hand-written loop."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(n):
+        loss = step.loss(*step.inputs(next(batches)))
         step.opt.zero_grad(set_to_none=True)
         loss.backward()
         step.opt.step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    rate = batches / (time.perf_counter() - began)
-    del step, loader, it
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return rate
+    return n / (time.perf_counter() - began)
 
 
 def _forever(loader: Any) -> Any:
@@ -505,7 +524,7 @@ def main() -> None:
     parser.add_argument(
         "--sides",
         default="ray_asha,searchlab",
-        help=f"which of {', '.join(SIDES)} to run, in this order each round",
+        help=f"which of {', '.join(SIDES)} to run: in this order in even rounds, reversed in odd ones",
     )
     parser.add_argument(
         "--per-gpu",
@@ -562,8 +581,8 @@ def main() -> None:
                 for data in args.data.split(","):
                     hp = {**base, "data": data}
                     for r in range(args.rounds):
-                        solo = solo_rate(hp, 20 if quick else 200)
-                        for side in args.sides.split(","):
+                        solo, blocks = solo_rate(hp, 20 if quick else 200)
+                        for side in round_order(args.sides.split(","), r):
                             run = SIDES[side](hp, workloads[name], lrs, storage)
                             got = figures(run, solo)
                             got["windows"] = run["windows"]
@@ -576,6 +595,7 @@ def main() -> None:
                                 "per_gpu": PER_GPU[0],
                                 "gpus": max(args.gpus, 1),
                                 "solo_batches_per_s": solo,
+                                "solo_blocks_per_s": blocks,
                                 **got,
                             }
                             runs.append(record)

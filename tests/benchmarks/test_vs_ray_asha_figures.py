@@ -1,5 +1,6 @@
-"""The figures of ``vs_ray_asha``: hand-overs per GPU or per worker process, and the summary's
-split between one trial per GPU and trials sharing a GPU (``--per-gpu``)."""
+"""The figures of ``vs_ray_asha``: hand-overs per GPU or per worker process, the summary's
+split between one trial per GPU and trials sharing a GPU (``--per-gpu``), the sides' order
+and the solo rate."""
 
 from __future__ import annotations
 
@@ -87,3 +88,22 @@ def test_summary_without_shared_gpu_runs_has_no_packed_block() -> None:
     summary = vs_ray_asha._summary([_run("ray_asha", 1, 0.6), _run("searchlab", 1, 0.3)])
     assert "packed" not in summary
     assert summary["searchlab_over_ray"] == pytest.approx(0.5)
+
+
+def test_who_goes_first_alternates_between_rounds() -> None:
+    sides = ["ray_asha", "searchlab", "searchlab_at_once_checkpoints"]
+    firsts = [vs_ray_asha.round_order(sides, r)[0] for r in range(4)]
+    assert firsts == ["ray_asha", "searchlab_at_once_checkpoints"] * 2
+    assert sorted(vs_ray_asha.round_order(sides, 1)) == sorted(sides)
+    assert sides == ["ray_asha", "searchlab", "searchlab_at_once_checkpoints"]  # not reordered
+
+
+def test_the_solo_loop_times_each_block_after_a_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every block's rate comes back for the results (CPU, the tiny model); the solo rate is
+    the best of them."""
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(vs_ray_asha.__file__).parent / "asha_model"))
+    hp = {"model": "tiny", "batch": 8, "num_workers": 0, "n_train": 64, "data": "resident"}
+    blocks = vs_ray_asha._solo_blocks(hp, 3)
+    assert len(blocks) == vs_ray_asha.SOLO_BLOCKS and all(b > 0 for b in blocks)
