@@ -58,6 +58,7 @@ from typing import Any
 import torch
 
 from searchlab.experiment._protocol import WRITING_MARKER, is_being_written
+from searchlab.experiment._spec import AUTO_CHECKPOINT_WRITES, CheckpointWrites
 from searchlab.pytorch._checkpoint import (
     STATE_FILE,
     write_checkpoint_metadata,
@@ -195,6 +196,16 @@ class CheckpointWriter:
         self._kept: collections.OrderedDict[
             str, tuple[dict[str, Any], concurrent.futures.Future[None] | None, int]
         ] = collections.OrderedDict()
+
+    @classmethod
+    def for_setting(cls, setting: CheckpointWrites, *, trains: bool) -> CheckpointWriter:
+        """The writer ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` asks for, in a process that trains
+        (a one-process trial) or only coordinates (a data-parallel trial's trainable), where
+        ``auto`` writes in a thread beside the ranks' training. ``off`` stages nothing, so its
+        writer is never handed a state."""
+        if setting == "auto":
+            setting = AUTO_CHECKPOINT_WRITES if trains else "thread"
+        return cls(thread=setting != "at_once", finish_before_training=trains and setting == "idle")
 
     def stage(
         self,

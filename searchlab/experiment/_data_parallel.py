@@ -257,8 +257,9 @@ class DataParallelTrainable(tune.Trainable):
         # torch and the writer load here, while the ranks build (see the module docstring).
         from searchlab.experiment._checkpoint_writer import CheckpointWriter
 
-        # This process trains nothing, so its staged writes go to a thread.
-        self._writer: CheckpointWriter = CheckpointWriter(thread=True)
+        self._writer: CheckpointWriter = CheckpointWriter.for_setting(
+            experiment.checkpoint_writes, trains=False
+        )
         ray.get(builds)
 
     def _release(self) -> None:
@@ -303,7 +304,8 @@ class DataParallelTrainable(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         with self._idle.busy():
-            self._writer.check(self.trial_id)  # its own failed write fails it, as a save did
+            # Its own failed write fails it, as a failed save did.
+            self._writer.before_training(self.trial_id)
             results = ray.get([w.step.remote() for w in self._workers])
         return results[0]
 

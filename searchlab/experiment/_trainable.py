@@ -27,7 +27,7 @@ from searchlab.experiment._checkpoint_writer import (
 from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_path
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
-from searchlab.experiment._spec import AUTO_CHECKPOINT_WRITES, ExperimentSpec
+from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     earlier_checkpoints,
@@ -114,12 +114,7 @@ class SearchlabTrainable(tune.Trainable):
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
-        # This process trains: a thread's write beside training slowed it (_checkpoint_writer).
-        writes = experiment.checkpoint_writes
-        writes = AUTO_CHECKPOINT_WRITES if writes == "auto" else writes
-        self._writer = CheckpointWriter(
-            thread=writes in ("idle", "thread"), finish_before_training=writes == "idle"
-        )
+        self._writer = CheckpointWriter.for_setting(experiment.checkpoint_writes, trains=True)
         self._build(config)
 
     def _build(self, config: dict[str, Any]) -> None:

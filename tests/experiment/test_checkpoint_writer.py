@@ -91,6 +91,24 @@ def test_a_staged_write_gives_the_files_a_direct_write_gives(
     writer.close()
 
 
+@pytest.mark.parametrize(
+    ("setting", "trains", "thread", "finish"),
+    [
+        ("auto", True, True, True),  # a one-process trial: between training windows
+        ("auto", False, True, False),  # a data-parallel coordinator: beside the ranks
+        ("idle", True, True, True),
+        ("at_once", True, False, False),
+        ("at_once", False, False, False),
+        ("thread", True, True, False),
+    ],
+)
+def test_each_setting_gives_the_writer_it_names(
+    setting: str, trains: bool, thread: bool, finish: bool
+) -> None:
+    writer = CheckpointWriter.for_setting(setting, trains=trains)  # type: ignore[arg-type]
+    assert (writer._thread, writer._finish_before_training) == (thread, finish)
+
+
 @pytest.mark.parametrize("finish", [True, False], ids=["finished-first", "beside-training"])
 def test_a_thread_write_is_finished_before_training_only_when_asked(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, finish: bool
