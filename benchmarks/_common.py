@@ -28,6 +28,8 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from searchlab._bytecode import uncached_bytecode_hint
+
 __all__ = [
     "RESULTS_DIR",
     "add_common_args",
@@ -69,6 +71,8 @@ def machine_info(packages: Iterable[str] = ("torch", "ray", "pandas", "pyarrow")
         "gpus": _gpus(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # Not None: every new worker compiles torch from source, seconds of each start.
+        "torch_bytecode_note": uncached_bytecode_hint(),
     }
     for name in packages:
         try:

@@ -536,8 +536,11 @@ def main() -> None:
 
     import ray
 
+    from searchlab._bytecode import uncached_bytecode_hint
     from searchlab._ray_env import ray_environment, ray_init_kwargs
 
+    if note := uncached_bytecode_hint():  # both sides' workers would pay it: say so
+        print(f"note: {note}", file=sys.stderr)
     quick = args.quick or not torch.cuda.is_available()
     SLOTS[0] = max(args.slots, 1)
     if SLOTS[0] > 1 and max(args.gpus, 1) != SLOTS[0]:

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from searchlab._bytecode import uncached_bytecode_hint
 from searchlab._ray_env import connect_ray, ray_environment
 from searchlab.config import ExperimentConfig
 from searchlab.errors import ConfigError
@@ -48,6 +49,8 @@ def run_tuner(
 
         started = connect_ray(address, runtime_env=ship)
         reaper = _start_reaper() if started and not address else None
+        if started and not address and (hint := uncached_bytecode_hint()):
+            echo(f"note: {hint}")
         try:
             if not started:  # Ray was up already: the job's working_dir cannot carry the dir
                 spec = dataclasses.replace(
