@@ -43,7 +43,7 @@ _STATUSES = {
 class RunControl:
     """What the driver process tells the adapters: an interrupt, a restore to settle."""
 
-    def __init__(self, *, restored: bool = False) -> None:
+    def __init__(self, *, restored: bool = False, concurrency: int = 1) -> None:
         self.interrupted = False  # Ctrl-C (or a full disk): pause everything at a checkpoint
         self.drained = False  # interrupted and nothing runs any more: the run ended
         self.fatal = False  # a user error every trial would hit: stop everything
@@ -52,6 +52,45 @@ class RunControl:
         self.searcher_restored = False  # Tune handed the saved search state back
         self.restore_error: str | None = None  # why Tune could not restore the search state
         self.disk_full: set[str] = set()  # trials that failed on a full disk: they resume
+        # Trials at most this many run at once (the cluster's room or max_concurrent_trials).
+        self.concurrency = concurrency
+        # Every trial Tune holds, and those told to pause whose pause Tune has not finished
+        # (their state is being saved): trial id -> Tune's ``Trial``. Not pickled: Tune
+        # pickles its searcher and scheduler, and the trials are its own.
+        self._trials: dict[str, Trial] = {}
+        self._pausing: dict[str, Trial] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_trials": {}, "_pausing": {}}
+
+    def track(self, trial: Trial) -> None:
+        self._trials[trial.trial_id] = trial
+
+    def pause_started(self, trial: Trial) -> None:
+        self.track(trial)
+        self._pausing[trial.trial_id] = trial
+
+    def pause_ended(self, trial_id: str) -> None:
+        """The trial failed, ended or was removed: its pause, if any, is over."""
+        self._pausing.pop(trial_id, None)
+
+    def hold_new_trials(self) -> bool:
+        """Whether a new or resumed trial would only fit in the place of a trial that is
+        still pausing, so nothing more is handed to Tune until that pause is done.
+
+        Tune starts a trial it is handed in the same step. With the pausing trial's worker
+        still saving it, that means a new worker process, which Tune drops once the pause
+        frees the old worker and reuses that one; the dropped process still starts (imports,
+        the trial's build) wherever resources allow, and Tune waits for it at the end of
+        the run. Where the trial fits beside the running and pausing ones, nothing is held.
+        """
+        if not self._pausing:
+            return False
+        self._pausing = {t: x for t, x in self._pausing.items() if x.status == Trial.RUNNING}
+        if not self._pausing:
+            return False
+        busy = sum(1 for x in self._trials.values() if x.status in (Trial.RUNNING, Trial.PENDING))
+        return busy >= self.concurrency
 
     @property
     def restore_failed(self) -> bool:
@@ -93,7 +132,7 @@ class GatedSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         if self.control.fatal:
             return Searcher.FINISHED
-        if self.control.interrupted:
+        if self.control.interrupted or self.control.hold_new_trials():
             return None
         plan = self.driver.suggest(trial_id)
         if plan is None or plan == FINISHED:
@@ -167,17 +206,31 @@ class SearchScheduler(FIFOScheduler):
             if not result.get("done"):  # a trial at its last rung ends by itself
                 decision = _DECISIONS[action]
         if self._searcher.control.interrupted and decision == TrialScheduler.CONTINUE:
-            return TrialScheduler.CONTINUE if result.get("done") else TrialScheduler.PAUSE
+            decision = TrialScheduler.CONTINUE if result.get("done") else TrialScheduler.PAUSE
+        if decision == TrialScheduler.PAUSE:
+            self._searcher.control.pause_started(trial)
         return decision
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        self._searcher.control.pause_ended(trial.trial_id)  # Tune may retry it: it runs again
         if is_disk_full(trial_error_text(trial)):
             self._searcher.control.disk_full.add(trial.trial_id)
             self._searcher.control.interrupted = True  # pause the rest, resumably
 
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        self._searcher.control.track(trial)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+        self._searcher.control.pause_ended(trial.trial_id)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        self._searcher.control.pause_ended(trial.trial_id)
+
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         trials = {t.trial_id: t for t in tune_controller.get_trials()}
         control = self._searcher.control
+        for trial in trials.values():
+            control.track(trial)
         if control.restored:
             control.restored = False
             self._settle_restored(tune_controller, trials)
@@ -187,6 +240,8 @@ class SearchScheduler(FIFOScheduler):
             for trial in trials.values():
                 if trial.status in (Trial.PENDING, Trial.RUNNING, Trial.PAUSED):
                     tune_controller.stop_trial(trial)
+            return None
+        if control.hold_new_trials():  # the next trial takes a pausing trial's place: wait
             return None
         choice = self.driver.choose(_runner_view(trials.values()))
         for trial_id in choice.stop:
@@ -199,6 +254,7 @@ class SearchScheduler(FIFOScheduler):
         for trial_id in choice.checkpoint_pause:
             if trial_id not in self._pausing:
                 self._pausing.add(trial_id)
+                control.pause_started(trials[trial_id])
                 tune_controller.pause_trial(trials[trial_id], should_checkpoint=True)
         if choice.drained and not control.drained:
             control.drained = True

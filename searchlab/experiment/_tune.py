@@ -128,7 +128,11 @@ def _build_parts(
 
     method = build_search_method(cfg, max_grid_trials=max_grid_trials)
     driver = SearchDriver(method, smaller_is_better=spec.smaller_is_better)
-    control = RunControl(restored=restore)
+    # Tune lets a custom searcher have one trial pending at a time, so an adaptive search
+    # would start trials one by one and a fresh worker loses the race to a cached one:
+    # allow as many pending trials as fit in the cluster at once.
+    fit = _trials_that_fit(cfg, resources, ray.cluster_resources())
+    control = RunControl(restored=restore, concurrency=fit)
     snapshots = Snapshots(exp_dir, cfg.to_dict())
     searcher = GatedSearcher(driver, spec.metric, spec.smaller_is_better, control, snapshots)
     scheduler = SearchScheduler(
@@ -144,10 +148,6 @@ def _build_parts(
         restored=restore,
     )
     result_log = ResultLog(exp_dir, recorder.write_failed)
-    # Tune lets a custom searcher have one trial pending at a time, so an adaptive search
-    # would start trials one by one and a fresh worker loses the race to a cached one:
-    # allow as many pending trials as fit in the cluster at once.
-    fit = _trials_that_fit(cfg, resources, ray.cluster_resources())
     return _TunerParts(
         searcher, scheduler, recorder, result_log, control, _trainable(spec, resources), fit
     )

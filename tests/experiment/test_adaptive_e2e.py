@@ -295,3 +295,29 @@ def test_a_trial_resumed_soon_after_its_pause_keeps_every_report(
     metrics = results.metrics
     validations = metrics[(metrics["trial_id"] == resumed) & (metrics["group"] == "validation")]
     assert list(validations["batches"]) == [2, 4]
+
+
+def test_a_pause_hands_its_worker_to_the_next_trial_and_starts_no_other(
+    ray_session: Any, tmp_path: pathlib.Path
+) -> None:
+    # One trial at a time on 2 CPUs, so a CPU is free for a second worker. Tune hands a
+    # trial to a worker in the step it gets it: while a pausing trial's worker still saved
+    # it, that used to be a new worker process, which Tune dropped for the freed worker once
+    # the pause ended. The dropped worker still built its trial, and Tune waited for it at
+    # the end. Now every worker that builds a trial trains it.
+    log = tmp_path / "builds.log"
+    config = _config(tied=True)
+    config["hyperparameters"]["build_log"] = str(log)
+    config["searcher"].update(max_trials=8, max_concurrent_trials=1)
+    lines: list[str] = []
+    results = searchlab.run(
+        config, model_dir=MODEL_DIR, storage_path=tmp_path / "runs", echo=lines.append
+    )
+
+    events = [line.split() for line in log.read_text().splitlines()]
+    built = collections.Counter(pid for pid, event in events if event == "build")
+    trained = collections.Counter(pid for pid, event in events if event == "train")
+    assert len(results.trials) == 8
+    assert any("paused at batch" in line for line in lines)
+    assert built == trained, f"builds that trained nothing, by worker: {built - trained}"
+    assert len(built) == 1  # one trial at a time: one worker throughout
