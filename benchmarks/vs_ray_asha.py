@@ -309,10 +309,24 @@ def run_ray(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage:
             callbacks=[collect],
         ),
     )
-    tuner.fit()
+    with _tune_checkpoint_default():
+        tuner.fit()
     wall = time.time() - began
     windows = [_window(tid, row, work["report_every"]) for tid, row in collect.rows]
     return _run(began, wall, windows)
+
+
+@contextlib.contextmanager
+def _tune_checkpoint_default() -> Any:
+    """Ray's side saves its experiment state at Tune's own cadence. searchlab saves it every
+    second (``TUNE_GLOBAL_CHECKPOINT_S=1``, its crash safety), and the environment both sides
+    share set that for Ray's side too until Nov 27."""
+    saved = os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = saved
 
 
 def _run(began: float, wall: float, windows: list[dict[str, Any]], **extra: Any) -> dict:

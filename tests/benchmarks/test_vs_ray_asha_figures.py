@@ -107,3 +107,12 @@ def test_the_solo_loop_times_each_block_after_a_warm_up(monkeypatch: pytest.Monk
     hp = {"model": "tiny", "batch": 8, "num_workers": 0, "n_train": 64, "data": "resident"}
     blocks = vs_ray_asha._solo_blocks(hp, 3)
     assert len(blocks) == vs_ray_asha.SOLO_BLOCKS and all(b > 0 for b in blocks)
+
+
+def test_rays_side_saves_at_tunes_own_cadence(monkeypatch: pytest.MonkeyPatch) -> None:
+    # searchlab's run environment sets a 1 s cadence for its own crash safety; Ray's side must
+    # not inherit it (Tune reads the variable when its controller starts, inside fit()).
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    with vs_ray_asha._tune_checkpoint_default():
+        assert "TUNE_GLOBAL_CHECKPOINT_S" not in vs_ray_asha.os.environ
+    assert vs_ray_asha.os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "1"
