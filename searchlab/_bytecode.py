@@ -17,32 +17,54 @@ import os
 
 __all__ = ["uncached_bytecode_hint"]
 
+# Besides the package's own ``__init__``, modules it imports lazily that weigh the most: a
+# torch imported once without the variable has bytecode for ``__init__`` but not for these.
+_HEAVY_PARTS = {"torch": ("_dynamo/__init__.py",)}
+
 
 def uncached_bytecode_hint(package: str = "torch") -> str | None:
     """One line saying how to stop every worker compiling ``package`` from source, or None
-    where its bytecode is cached or will be on its first import (or it is not installed)."""
+    where its bytecode is cached or will be on its first import (or it is not installed).
+    Never raises: it is advice."""
+    try:
+        return _hint(package)
+    except Exception:  # an odd import system or interpreter: say nothing
+        return None
+
+
+def _hint(package: str) -> str | None:
     try:
         spec = importlib.util.find_spec(package)  # finds the package without importing it
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
-    cached = importlib.util.cache_from_source(spec.origin)  # honours PYTHONPYCACHEPREFIX
-    if os.path.exists(cached):
+    root = os.path.dirname(spec.origin)
+    sources = [spec.origin]
+    sources += [os.path.join(root, part) for part in _HEAVY_PARTS.get(package, ())]
+    # cache_from_source honours PYTHONPYCACHEPREFIX
+    missing = [
+        cached
+        for source in sources
+        if os.path.exists(source)
+        and not os.path.exists(cached := importlib.util.cache_from_source(source))
+    ]
+    if not missing:
         return None
+    folder = os.path.dirname(missing[0])
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # what Ray's workers inherit (not ``-B``)
         why = "PYTHONDONTWRITEBYTECODE is set"
-    elif not _writable(os.path.dirname(cached)):
-        why = f"{os.path.dirname(cached)} cannot be written"
+    elif not _writable(folder):
+        why = f"{folder} cannot be written"
     else:
         return None  # the first import writes it
-    site = os.path.dirname(os.path.dirname(spec.origin))
+    site = os.path.dirname(root)
     return (
         f"{package} has no compiled bytecode and {why}, so every trial worker compiles "
         f"{package} from source (seconds per worker start); compile it once with "
-        f"`python -m compileall -q -j 0 {site}` (with PYTHONPYCACHEPREFIX set to a writable "
-        "directory where that one is read-only), or install with `uv pip install "
-        "--compile-bytecode`"
+        f"`python -m compileall -q -j 0 {site}` (where that folder is read-only, first set "
+        "PYTHONPYCACHEPREFIX to a writable one in the shell that runs searchlab, so its "
+        "workers read it too), or install with `uv pip install --compile-bytecode`"
     )
 
 

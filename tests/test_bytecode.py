@@ -69,3 +69,35 @@ def test_read_only_install_is_named(package: pathlib.Path, monkeypatch: pytest.M
 
 def test_missing_package_is_silent() -> None:
     assert uncached_bytecode_hint("slno_such_package_here") is None
+
+
+def test_a_heavy_submodule_without_bytecode_is_noticed(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch imported once without the variable: its __init__ has bytecode, torch._dynamo
+    # (imported lazily, the heaviest part) does not.
+    root = tmp_path / "site"
+    (root / "torch" / "_dynamo").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text("")
+    (root / "torch" / "_dynamo" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setitem(sys.modules, "torch", None)  # find the fake, not the real one
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    importlib.invalidate_caches()
+    assert compileall.compile_file(str(root / "torch" / "__init__.py"), quiet=1)
+
+    hint = uncached_bytecode_hint("torch")
+
+    assert hint is not None and "torch has no compiled bytecode" in hint
+    assert compileall.compile_dir(str(root / "torch"), quiet=1)
+    assert uncached_bytecode_hint("torch") is None
+
+
+def test_an_odd_import_system_gets_no_note_and_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a finder that breaks")
+
+    monkeypatch.setattr("searchlab._bytecode.importlib.util.find_spec", broken)
+    assert uncached_bytecode_hint("slfakepkg") is None

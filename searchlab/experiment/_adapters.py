@@ -52,7 +52,9 @@ class RunControl:
         self.searcher_restored = False  # Tune handed the saved search state back
         self.restore_error: str | None = None  # why Tune could not restore the search state
         self.disk_full: set[str] = set()  # trials that failed on a full disk: they resume
-        # Trials at most this many run at once (the cluster's room or max_concurrent_trials).
+        # How many trials run at once: the cluster's room or max_concurrent_trials at the
+        # start, raised to the most seen running or pending (a cluster that grows, brackets
+        # that each need a trial).
         self.concurrency = concurrency
         # Every trial Tune holds, and those told to pause whose pause Tune has not finished
         # (their state is being saved): trial id -> Tune's ``Trial``. Not pickled: Tune
@@ -82,7 +84,9 @@ class RunControl:
         still saving it, that means a new worker process, which Tune drops once the pause
         frees the old worker and reuses that one; the dropped process still starts (imports,
         the trial's build) wherever resources allow, and Tune waits for it at the end of
-        the run. Where the trial fits beside the running and pausing ones, nothing is held.
+        the run. Where the trial fits beside the running and pausing ones, nothing is held,
+        so a search never waits on pauses for room it has; there a new worker may still be
+        started and dropped, if the pause frees its worker first.
         """
         if not self._pausing:
             return False
@@ -90,6 +94,7 @@ class RunControl:
         if not self._pausing:
             return False
         busy = sum(1 for x in self._trials.values() if x.status in (Trial.RUNNING, Trial.PENDING))
+        self.concurrency = max(self.concurrency, busy)
         return busy >= self.concurrency
 
     @property

@@ -49,9 +49,9 @@ def run_tuner(
 
         started = connect_ray(address, runtime_env=ship)
         reaper = _start_reaper() if started and not address else None
-        if started and not address and (hint := uncached_bytecode_hint()):
-            echo(f"note: {hint}")
         try:
+            if started and not address and (hint := uncached_bytecode_hint()):
+                echo(f"note: {hint}")
             if not started:  # Ray was up already: the job's working_dir cannot carry the dir
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
@@ -195,7 +195,8 @@ def _trials_that_fit(
 ) -> int:
     workers = cfg.resources.slots_per_trial
     needs = {"CPU": resources["cpu"] * workers, "GPU": resources["gpu"] * workers}
-    fit = min(int(float(cluster.get(k, 0)) // v) for k, v in needs.items() if v > 0)
+    # A small margin: 1.0 // 0.2 is 4.0 in floating point, one trial short.
+    fit = min(int(float(cluster.get(k, 0)) / v + 1e-9) for k, v in needs.items() if v > 0)
     concurrency = getattr(cfg.searcher, "max_concurrent_trials", 0) or fit
     return max(1, min(fit, concurrency))
 

@@ -20,6 +20,7 @@ from searchers._base import Action
 from searchers._driver import Choice
 from searchlab.experiment._adapters import GatedSearcher, RunControl, SearchScheduler
 from searchlab.experiment._protocol import TrialReport
+from searchlab.experiment._tune import _trials_that_fit
 
 
 def _parts(concurrency: int = 1) -> tuple[mock.Mock, GatedSearcher, SearchScheduler]:
@@ -111,3 +112,26 @@ def test_the_gate_does_not_travel_with_tunes_pickles() -> None:
     copy = pickle.loads(pickle.dumps(control))
 
     assert control.hold_new_trials() and not copy.hold_new_trials()
+
+
+def test_the_concurrency_grows_to_the_most_trials_seen_busy() -> None:
+    # Started as 1 (a cluster whose GPU nodes had not joined yet), then two trials ran: a
+    # pause with the other trial running fills that, one running alone does not.
+    control = RunControl(concurrency=1)
+    pausing = SimpleNamespace(trial_id="a", status=Trial.RUNNING)
+    other = SimpleNamespace(trial_id="b", status=Trial.RUNNING)
+    control.track(other)  # type: ignore[arg-type]
+    control.pause_started(pausing)  # type: ignore[arg-type]
+
+    assert control.hold_new_trials() and control.concurrency == 2
+    other.status = Trial.TERMINATED
+    assert not control.hold_new_trials()  # a place is free beside the pausing trial
+
+
+def test_fractional_gpus_count_every_trial_that_fits() -> None:
+    cfg = SimpleNamespace(
+        resources=SimpleNamespace(slots_per_trial=1),
+        searcher=SimpleNamespace(max_concurrent_trials=0),
+    )
+    fit = _trials_that_fit(cfg, {"cpu": 1, "gpu": 0.2}, {"CPU": 16.0, "GPU": 1.0})  # type: ignore[arg-type]
+    assert fit == 5  # 1.0 // 0.2 is 4.0 in floating point
