@@ -195,7 +195,9 @@ class SearchScheduler(FIFOScheduler):
         self._searcher = searcher
         self._searcher_metric = str(searcher.metric)
         self._checkpoint_length = checkpoint_length or (lambda trial: None)
-        self._pausing: set[str] = set()
+        # Trials an interrupt's drain asked to pause, each asked once (``RunControl`` tracks
+        # which pauses are still under way).
+        self._drain_paused: set[str] = set()
 
     @property
     def driver(self) -> SearchDriver:
@@ -257,8 +259,8 @@ class SearchScheduler(FIFOScheduler):
             if trials[trial_id].status == Trial.PENDING:
                 set_trial_paused(tune_controller, trials[trial_id])
         for trial_id in choice.checkpoint_pause:
-            if trial_id not in self._pausing:
-                self._pausing.add(trial_id)
+            if trial_id not in self._drain_paused:
+                self._drain_paused.add(trial_id)
                 control.pause_started(trials[trial_id])
                 tune_controller.pause_trial(trials[trial_id], should_checkpoint=True)
         if choice.drained and not control.drained:
