@@ -67,7 +67,7 @@ KILL_POINTS = [
     ("result-after-resume", 1),  # a promoted trial was resumed and reported its first result
     ("trial-finished", 1),  # a trial just finished
     ("trials-stopped", 1),  # close-out: paused trials that will never go on were stopped
-    ("searcher-save", 6),  # Tune wrote its experiment state, not yet the search's
+    ("searcher-save", 3),  # Tune wrote its experiment state, not yet the search's (a run makes 5-6)
     ("write-searchlab_state.json", 5),  # the snapshot's temporary file is written
     ("write-trials.json", 9),  # trials.json's temporary file is written
 ]
