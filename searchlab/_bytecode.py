@@ -5,7 +5,7 @@ Python caches a module's compiled bytecode next to its source (or under
 unless asked (``--compile-bytecode``), and then the first import writes it. With
 ``PYTHONDONTWRITEBYTECODE`` set (common in container images), or a read-only install, nothing
 is ever written, and every new process compiles torch, ``torch._dynamo`` and sympy from
-source: on an H100 host this made each trial worker's start 5-8 s longer
+source: on an H100 host this made each trial worker's start 7-9 s longer
 (``benchmarks/README.md``). Each new Ray worker pays it, so searchlab says so once, with the
 fix, when it starts Ray on this machine.
 """
