@@ -35,7 +35,10 @@ searchlab, then searchlab, Ray, ...): drift of the machine hits both, and so doe
 run's cold page cache (its imports took ~3.5 s longer in one call). Before each round, a
 hand-written loop of the same step gives the solo rate: the best of three timed blocks after a
 warm-up, so one slow block (the GPU's clock ramping up, cuDNN still tuning) does not make
-every side's efficiency read high.
+every side's efficiency read high. The solo loop runs again after each side's run, so every
+run is bracketed by the blocks just before and just after it: the blocks of one round were
+seen to differ by up to 19 % on H100 hosts, and the best of them is a rate the card held only
+for seconds. ``--no-bracket`` skips the runs after the sides.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
@@ -47,6 +50,9 @@ batch, ``w_end`` after its last, synchronised):
   wall time from the call to the result);
 - ``first_batch_s``: from the call to the first batch;
 - ``in_trial_rate``: median over windows of the window's rate, over the solo rate;
+- ``in_trial_rate_bracketed``/``efficiency_bracketed``: the same over the median of the
+  blocks bracketing the run (``bracket_blocks_per_s``): both medians, and the card's clock
+  around the run rather than its best moment before the round;
 - ``wait_per_report_s``: median time training waited between a report and its next batch;
 - ``handover_s``: median time from one trial's last batch to the next trial's first batch
   (pause or stop, checkpoint, the next trial built or restored), and how many;
@@ -54,7 +60,8 @@ batch, ``w_end`` after its last, synchronised):
   searchlab's from its trials' checkpoint timing reports.
 Summary (short workload, resident batch, medians over runs): ``searchlab_efficiency``,
 ``ray_asha_efficiency``, ``searchlab_over_ray``, ``long_efficiency`` (searchlab, long,
-resident), ``in_search_over_in_process`` (searchlab's in-trial rate over the solo rate).
+resident), ``in_search_over_in_process`` (searchlab's in-trial rate over the solo rate), and
+the bracketed ones: ``in_search_over_in_process_bracketed``, ``ray_in_trial_rate_bracketed``.
 """
 
 from __future__ import annotations
@@ -239,6 +246,20 @@ def solo_rate(hp: dict[str, Any], batches: int) -> tuple[float, list[float]]:
     remote = ray.remote(num_cpus=1, num_gpus=gpu)(_solo_blocks)
     blocks = [float(b) for b in ray.get(remote.remote(hp, batches))]
     return max(blocks), blocks
+
+
+def bracketed(run: dict[str, Any], before: list[float], after: list[float]) -> dict[str, Any]:
+    """A run's in-trial rate and efficiency against the median of the solo blocks timed just
+    before and just after it (``after`` may be empty: the run had no solo loop after it)."""
+    blocks = [*before, *after]
+    reference = statistics.median(blocks)
+    again = figures(run, reference)
+    return {
+        "bracket_blocks_per_s": blocks,
+        "bracket_batches_per_s": reference,
+        "in_trial_rate_bracketed": again["in_trial_rate"],
+        "efficiency_bracketed": again["efficiency"],
+    }
 
 
 def _solo_blocks(hp: dict[str, Any], batches: int) -> list[float]:
@@ -541,6 +562,11 @@ def main() -> None:
         help=f"which of {', '.join(SIDES)} to run: in this order in even rounds, reversed in odd ones",
     )
     parser.add_argument(
+        "--no-bracket",
+        action="store_true",
+        help="time the solo loop only before each round, not again after each side's run",
+    )
+    parser.add_argument(
         "--per-gpu",
         type=int,
         default=1,
@@ -599,10 +625,15 @@ def main() -> None:
                     hp = {**base, "data": data}
                     for r in range(args.rounds):
                         solo, blocks = solo_rate(hp, 20 if quick else 200)
+                        before = blocks  # the solo blocks just before the next side's run
                         for side in round_order(args.sides.split(","), r):
                             run = SIDES[side](hp, workloads[name], lrs, storage)
-                            got = figures(run, solo)
+                            after = (
+                                [] if args.no_bracket else solo_rate(hp, 20 if quick else 200)[1]
+                            )
+                            got = {**figures(run, solo), **bracketed(run, before, after)}
                             got["windows"] = run["windows"]
+                            before = after or before
                             record = {
                                 "workload": name,
                                 "data": data,
@@ -634,6 +665,7 @@ def main() -> None:
                                     "efficiency",
                                     "first_batch_s",
                                     "in_trial_rate",
+                                    "in_trial_rate_bracketed",
                                     "handover_s",
                                     "wall_s",
                                 ],
@@ -651,6 +683,7 @@ def main() -> None:
             "efficiency",
             "first_batch_s",
             "in_trial_rate",
+            "in_trial_rate_bracketed",
             "wait_per_report_s",
             "handover_s",
             "handovers",
@@ -707,6 +740,16 @@ def _figures_of(runs: list[dict], per_gpu: int) -> dict[str, Any]:
         "long_efficiency": long_mine,
         "in_search_over_in_process": _median(
             runs, "in_trial_rate", workload="short", data="resident", side="searchlab"
+        ),
+        # The same against the solo blocks around each run, and Ray's side beside it.
+        "in_search_over_in_process_bracketed": _median(
+            runs, "in_trial_rate_bracketed", workload="short", data="resident", side="searchlab"
+        ),
+        "ray_in_trial_rate_bracketed": _median(
+            runs, "in_trial_rate_bracketed", workload="short", data="resident", side="ray_asha"
+        ),
+        "ray_in_trial_rate": _median(
+            runs, "in_trial_rate", workload="short", data="resident", side="ray_asha"
         ),
         "first_batch_s": {
             side: _median(runs, "first_batch_s", workload="short", data="resident", side=side)

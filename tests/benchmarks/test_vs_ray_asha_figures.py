@@ -90,6 +90,41 @@ def test_summary_without_shared_gpu_runs_has_no_packed_block() -> None:
     assert summary["searchlab_over_ray"] == pytest.approx(0.5)
 
 
+def test_a_run_is_also_read_against_the_solo_blocks_around_it() -> None:
+    # One lane, windows of 10 batches: the first (cuDNN's tuning) is left out, the other four
+    # take 1.0, 0.5, 0.5 and 0.4 s, so the median window trains 20 batches/s.
+    windows = [
+        _w("a", 0.0, 4.0, proc=1.0),
+        _w("a", 4.0, 5.0, proc=1.0),
+        _w("a", 5.0, 5.5, proc=1.0),
+        _w("b", 6.0, 6.5, proc=1.0),
+        _w("b", 6.5, 6.9, proc=1.0),
+    ]
+    run = {"wall_s": 10.0, "began": 0.0, "windows": windows, "slots": 1}
+    # The best block before the round (30/s) against the median of the blocks around the run.
+    assert vs_ray_asha.figures(run, rate=30.0)["in_trial_rate"] == pytest.approx(20 / 30)
+    got = vs_ray_asha.bracketed(run, before=[30.0, 24.0, 26.0], after=[22.0, 25.0, 18.0])
+    assert got["bracket_batches_per_s"] == pytest.approx(24.5)
+    assert got["bracket_blocks_per_s"] == [30.0, 24.0, 26.0, 22.0, 25.0, 18.0]
+    assert got["in_trial_rate_bracketed"] == pytest.approx(20 / 24.5)
+    assert got["efficiency_bracketed"] == pytest.approx(50 / (24.5 * 10.0))
+    # A run with no solo loop after it is read against the blocks before it alone.
+    alone = vs_ray_asha.bracketed(run, before=[30.0, 24.0, 26.0], after=[])
+    assert alone["in_trial_rate_bracketed"] == pytest.approx(20 / 26)
+
+
+def test_summary_reads_both_sides_against_their_brackets() -> None:
+    runs = [
+        {**_run("ray_asha", 1, 0.6), "in_trial_rate": 0.9, "in_trial_rate_bracketed": 0.95},
+        {**_run("searchlab", 1, 0.5), "in_trial_rate_bracketed": 0.98},
+        {**_run("searchlab", 1, 0.5), "in_trial_rate_bracketed": 1.02},
+    ]
+    summary = vs_ray_asha._summary(runs)
+    assert summary["in_search_over_in_process_bracketed"] == pytest.approx(1.0)
+    assert summary["ray_in_trial_rate_bracketed"] == pytest.approx(0.95)
+    assert summary["ray_in_trial_rate"] == pytest.approx(0.9)
+
+
 def test_who_goes_first_alternates_between_rounds() -> None:
     sides = ["ray_asha", "searchlab", "searchlab_at_once_checkpoints"]
     firsts = [vs_ray_asha.round_order(sides, r)[0] for r in range(4)]
