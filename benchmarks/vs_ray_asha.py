@@ -38,7 +38,10 @@ warm-up, so one slow block (the GPU's clock ramping up, cuDNN still tuning) does
 every side's efficiency read high. The solo loop runs again after each side's run, so every
 run is bracketed by the blocks just before and just after it: the blocks of one round were
 seen to differ by up to 19 % on H100 hosts, and the best of them is a rate the card held only
-for seconds. ``--no-bracket`` skips the runs after the sides.
+for seconds. ``--no-bracket`` skips the runs after the sides. Each solo run also records
+what bounds the loop: ``solo_cpu_share``, the loop thread's CPU time over each block's wall
+time (near 1: the host's Python and kernel launches set the rate, not the GPU), and
+``solo_gpu_busy``, the GPU's kernel and copy time over the wall time of a profiled block.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
@@ -236,16 +239,18 @@ def round_order(sides: list[str], round_index: int) -> list[str]:
     return list(sides) if round_index % 2 == 0 else list(reversed(sides))
 
 
-def solo_rate(hp: dict[str, Any], batches: int) -> tuple[float, list[float]]:
+def solo_rate(hp: dict[str, Any], batches: int) -> tuple[float, list[float], dict[str, Any]]:
     """Batches per second of a hand-written loop of the same step, in a Ray worker with a
     trial's resources (threads, GPU), as the trials run: the best of ``SOLO_BLOCKS`` timed
-    blocks of ``batches`` after a warm-up, and every block's rate."""
+    blocks of ``batches`` after a warm-up, every block's rate, and what bounds the loop
+    (``_solo_blocks``)."""
     import ray
 
     gpu = 1 if torch.cuda.is_available() else 0
     remote = ray.remote(num_cpus=1, num_gpus=gpu)(_solo_blocks)
-    blocks = [float(b) for b in ray.get(remote.remote(hp, batches))]
-    return max(blocks), blocks
+    got = ray.get(remote.remote(hp, batches))
+    blocks = [float(b) for b in got.pop("rates")]
+    return max(blocks), blocks, got
 
 
 def bracketed(run: dict[str, Any], before: list[float], after: list[float]) -> dict[str, Any]:
@@ -262,7 +267,12 @@ def bracketed(run: dict[str, Any], before: list[float], after: list[float]) -> d
     }
 
 
-def _solo_blocks(hp: dict[str, Any], batches: int) -> list[float]:
+def _solo_blocks(hp: dict[str, Any], batches: int) -> dict[str, Any]:
+    """The solo loop's blocks: ``rates`` (batches/s), ``cpu_share`` (the loop thread's CPU
+    time over each block's wall time: near 1 when the host's Python and kernel launches
+    bound the loop, low when it waits on the GPU), and ``gpu_busy`` (the GPU's kernel and
+    copy time over the wall time of one more block of ``batches // 5`` under
+    ``torch.profiler``; None without CUDA or where the profiler fails)."""
     from asha_def import TrainStep
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -270,18 +280,23 @@ def _solo_blocks(hp: dict[str, Any], batches: int) -> list[float]:
     loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
     it = _forever(loader)
     _train_block(step, it, device, max(batches // 5, 2))  # warm-up: cuDNN's tuning, the allocator
-    blocks = [_train_block(step, it, device, batches) for _ in range(SOLO_BLOCKS)]
+    cpu: list[float] = []
+    rates = [_train_block(step, it, device, batches, cpu) for _ in range(SOLO_BLOCKS)]
+    busy = _gpu_busy(step, it, device, max(batches // 5, 2))
     del step, loader, it
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return blocks
+    return {"rates": rates, "cpu_share": cpu, "gpu_busy": busy}
 
 
-def _train_block(step: Any, batches: Any, device: torch.device, n: int) -> float:
-    """Batches per second of ``n`` steps of the hand-written loop."""
+def _train_block(
+    step: Any, batches: Any, device: torch.device, n: int, cpu: list[float] | None = None
+) -> float:
+    """Batches per second of ``n`` steps of the hand-written loop; with ``cpu``, appends the
+    thread's CPU time over the wall time."""
     if device.type == "cuda":
         torch.cuda.synchronize()
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.thread_time()
     for _ in range(n):
         loss = step.loss(*step.inputs(next(batches)))
         step.opt.zero_grad(set_to_none=True)
@@ -289,7 +304,27 @@ def _train_block(step: Any, batches: Any, device: torch.device, n: int) -> float
         step.opt.step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return n / (time.perf_counter() - began)
+    wall = time.perf_counter() - began
+    if cpu is not None:
+        cpu.append((time.thread_time() - began_cpu) / wall)
+    return n / wall
+
+
+def _gpu_busy(step: Any, batches: Any, device: torch.device, n: int) -> float | None:
+    """The GPU's busy share over ``n`` steps: device time of every kernel and copy (one
+    stream) over the block's wall time; the profiler's own cost makes it read a little low."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            wall = n / _train_block(step, batches, device, n)
+        device_us = sum(e.self_device_time_total for e in prof.key_averages())
+    except Exception as e:  # a profiler that cannot start leaves the figure out, not the run
+        print(f"note: no GPU busy share ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
+    return device_us / 1e6 / wall
 
 
 def _forever(loader: Any) -> Any:
@@ -562,6 +597,12 @@ def main() -> None:
         help=f"which of {', '.join(SIDES)} to run: in this order in even rounds, reversed in odd ones",
     )
     parser.add_argument(
+        "--image-size",
+        type=int,
+        default=32,
+        help="side of the square images (32: CIFAR-shaped; larger: more GPU work per batch)",
+    )
+    parser.add_argument(
         "--no-bracket",
         action="store_true",
         help="time the solo loop only before each round, not again after each side's run",
@@ -607,6 +648,7 @@ def main() -> None:
         "batch": 32 if quick else 256,
         "num_workers": 2 if quick else 4,
         "n_train": 2048 if quick else 8192,
+        "image_size": args.image_size,
     }
     lrs = learning_rates(args.trials)
     storage = tempfile.mkdtemp(prefix="vs-ray-asha-")
@@ -624,7 +666,7 @@ def main() -> None:
                 for data in args.data.split(","):
                     hp = {**base, "data": data}
                     for r in range(args.rounds):
-                        solo, blocks = solo_rate(hp, 20 if quick else 200)
+                        solo, blocks, bound = solo_rate(hp, 20 if quick else 200)
                         before = blocks  # the solo blocks just before the next side's run
                         for side in round_order(args.sides.split(","), r):
                             run = SIDES[side](hp, workloads[name], lrs, storage)
@@ -644,6 +686,8 @@ def main() -> None:
                                 "gpus": max(args.gpus, 1),
                                 "solo_batches_per_s": solo,
                                 "solo_blocks_per_s": blocks,
+                                "solo_cpu_share": bound["cpu_share"],
+                                "solo_gpu_busy": bound["gpu_busy"],
                                 **got,
                             }
                             runs.append(record)

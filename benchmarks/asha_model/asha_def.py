@@ -72,12 +72,13 @@ def build_model(kind: str, device: torch.device) -> nn.Module:
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
-def images(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """CIFAR-shaped uint8 images (a mean per class plus noise) and their labels."""
+def images(n: int, seed: int, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images (a mean per class plus noise), CIFAR-shaped unless ``size`` says another
+    side, and their labels."""
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 10, (n,), generator=g)
     means = torch.randint(0, 256, (10, 3, 1, 1), generator=torch.Generator().manual_seed(99))
-    noise = torch.randint(-60, 61, (n, 3, 32, 32), generator=g)
+    noise = torch.randint(-60, 61, (n, 3, size, size), generator=g)
     return (means[labels] + noise).clamp(0, 255).to(torch.uint8), labels
 
 
@@ -154,9 +155,11 @@ class TrainStep:
             self.model.parameters(), lr=float(hp["lr"]), momentum=0.9, weight_decay=5e-4
         )
         self.batch = int(hp.get("batch", 256))
-        x, y = images(self.batch, seed=1)
+        # 32 (CIFAR) by default; larger images give the GPU more work per kernel launch.
+        self.size = int(hp.get("image_size", 32))
+        x, y = images(self.batch, seed=1, size=self.size)
         self.resident = (x.to(device), y.to(device))
-        vx, vy = images(self.batch, seed=2)
+        vx, vy = images(self.batch, seed=2, size=self.size)
         self.val = (vx.to(device), vy.to(device))
         self.built_at = time.time()
 
@@ -174,7 +177,7 @@ class TrainStep:
     def dataset(self) -> torch.utils.data.Dataset:
         if self.hp.get("data", "resident") == "resident":
             return _Indices(int(self.hp.get("epoch_batches", 1_000)) * self.batch)
-        return ImageSet(*images(int(self.hp.get("n_train", 8192)), seed=3))
+        return ImageSet(*images(int(self.hp.get("n_train", 8192)), seed=3, size=self.size))
 
     def inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if self.hp.get("data", "resident") == "resident":
