@@ -163,3 +163,57 @@ def test_a_users_random_sampler_is_reseeded_by_every_build() -> None:
     torch.manual_seed(123)
     again = [[int(i) for i in b] for (b,) in loader.build(seed=5).loader_for(1)]
     assert again == first
+
+
+def _indices(batches: Any, n: int) -> list[list[int]]:
+    return [list(b) for b in itertools.islice(iter(batches), n)]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_an_epoch_is_handed_out_as_asked_with_its_order_fixed_at_its_first_batch(
+    monkeypatch: pytest.MonkeyPatch, shuffle: bool, replicas: int
+) -> None:
+    from searchlab.pytorch import samplers
+    from searchlab.pytorch._data import _EpochsFrom
+
+    data = torch.utils.data.TensorDataset(torch.arange(1000))
+    loader = pytorch.DataLoader(data, batch_size=10, shuffle=shuffle, drop_last=True)
+    epochs = loader.build(seed=3, num_replicas=replicas, rank=replicas - 1)
+    per_epoch = len(epochs)
+    # The order drawn all at once, epoch by epoch (what a resumed run must reproduce).
+    whole = [list(b) for e in range(3) for b in list(epochs.batches_of(e))]
+    assert len(whole) == 3 * per_epoch
+
+    pulled = []  # indices taken from the epoch's sampler so far
+    fixed_iter = samplers.EpochSampler.__iter__
+
+    def counting(self: Any) -> Any:
+        for i in fixed_iter(self):
+            pulled.append(i)
+            yield i
+
+    monkeypatch.setattr(samplers.EpochSampler, "__iter__", counting)
+    stream = iter(_EpochsFrom(epochs, 0, 7))
+    got = _indices(stream, 2)
+    assert len(pulled) <= 3 * 10  # not the epoch's 1000 / replicas
+    # Another epoch's position and generator set meanwhile do not move this epoch's order.
+    list(epochs.batches_of(2, 4))
+    got += _indices(stream, per_epoch - 7 - 2 + per_epoch + 3)
+    assert got == whole[7 : 7 + len(got)]
+
+
+def test_a_users_sampler_on_searchlabs_generator_still_draws_each_epoch_at_once() -> None:
+    from searchlab.pytorch._data import _EpochsFrom
+
+    data = torch.utils.data.TensorDataset(torch.arange(50))
+    sampler = RandomSampler(data, replacement=True, num_samples=50)
+    loader = pytorch.DataLoader(data, batch_size=5, sampler=sampler)
+    epochs = loader.build(seed=1)
+    assert not epochs.order_fixed_at_start  # it draws from the generator as it goes
+    whole = [list(b) for e in range(2) for b in list(epochs.batches_of(e))]
+    stream = iter(_EpochsFrom(epochs, 0, 0))
+    got = _indices(stream, 3)
+    list(epochs.batches_of(1, 2))  # reseeds the shared generator
+    got += _indices(stream, 12)
+    assert got == whole[:15]
