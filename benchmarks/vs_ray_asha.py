@@ -39,9 +39,10 @@ every side's efficiency read high. The solo loop runs again after each side's ru
 run is bracketed by the blocks just before and just after it: the blocks of one round were
 seen to differ by up to 19 % on H100 hosts, and the best of them is a rate the card held only
 for seconds. ``--no-bracket`` skips the runs after the sides. Each solo run also records
-what bounds the loop: ``solo_cpu_share``, the loop thread's CPU time over each block's wall
-time (near 1: the host's Python and kernel launches set the rate, not the GPU), and
-``solo_gpu_busy``, the GPU's kernel and copy time over the wall time of a profiled block.
+how busy the GPU keeps (``solo_gpu_busy``, ``after_gpu_busy``): the device time of one more
+block's kernels and copies under ``torch.profiler``, over the wall time that block takes at
+the unprofiled rate (the profiler slows a launch-bound loop ~40 %, not its kernels). Well
+below 1, the host's Python and kernel launches set the rate, not the GPU.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
@@ -268,11 +269,7 @@ def bracketed(run: dict[str, Any], before: list[float], after: list[float]) -> d
 
 
 def _solo_blocks(hp: dict[str, Any], batches: int) -> dict[str, Any]:
-    """The solo loop's blocks: ``rates`` (batches/s), ``cpu_share`` (the loop thread's CPU
-    time over each block's wall time: near 1 when the host's Python and kernel launches
-    bound the loop, low when it waits on the GPU), and ``gpu_busy`` (the GPU's kernel and
-    copy time over the wall time of one more block of ``batches // 5`` under
-    ``torch.profiler``; None without CUDA or where the profiler fails)."""
+    """The solo loop's blocks: ``rates`` (batches/s) and ``gpu_busy`` (``_gpu_busy``)."""
     from asha_def import TrainStep
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -280,23 +277,19 @@ def _solo_blocks(hp: dict[str, Any], batches: int) -> dict[str, Any]:
     loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
     it = _forever(loader)
     _train_block(step, it, device, max(batches // 5, 2))  # warm-up: cuDNN's tuning, the allocator
-    cpu: list[float] = []
-    rates = [_train_block(step, it, device, batches, cpu) for _ in range(SOLO_BLOCKS)]
-    busy = _gpu_busy(step, it, device, max(batches // 5, 2))
+    rates = [_train_block(step, it, device, batches) for _ in range(SOLO_BLOCKS)]
+    busy = _gpu_busy(step, it, device, max(batches // 5, 2), statistics.median(rates))
     del step, loader, it
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {"rates": rates, "cpu_share": cpu, "gpu_busy": busy}
+    return {"rates": rates, "gpu_busy": busy}
 
 
-def _train_block(
-    step: Any, batches: Any, device: torch.device, n: int, cpu: list[float] | None = None
-) -> float:
-    """Batches per second of ``n`` steps of the hand-written loop; with ``cpu``, appends the
-    thread's CPU time over the wall time."""
+def _train_block(step: Any, batches: Any, device: torch.device, n: int) -> float:
+    """Batches per second of ``n`` steps of the hand-written loop."""
     if device.type == "cuda":
         torch.cuda.synchronize()
-    began, began_cpu = time.perf_counter(), time.thread_time()
+    began = time.perf_counter()
     for _ in range(n):
         loss = step.loss(*step.inputs(next(batches)))
         step.opt.zero_grad(set_to_none=True)
@@ -304,27 +297,29 @@ def _train_block(
         step.opt.step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    wall = time.perf_counter() - began
-    if cpu is not None:
-        cpu.append((time.thread_time() - began_cpu) / wall)
-    return n / wall
+    return n / (time.perf_counter() - began)
 
 
-def _gpu_busy(step: Any, batches: Any, device: torch.device, n: int) -> float | None:
-    """The GPU's busy share over ``n`` steps: device time of every kernel and copy (one
-    stream) over the block's wall time; the profiler's own cost makes it read a little low."""
+def _gpu_busy(step: Any, batches: Any, device: torch.device, n: int, rate: float) -> float | None:
+    """The GPU's busy share of the loop at ``rate`` batches/s: the device time of ``n`` more
+    steps' kernels and copies under ``torch.profiler``, over ``n / rate``. None without CUDA
+    or where the profiler cannot start."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
 
+    prof = profile(activities=[ProfilerActivity.CUDA])
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            wall = n / _train_block(step, batches, device, n)
-        device_us = sum(e.self_device_time_total for e in prof.key_averages())
-    except Exception as e:  # a profiler that cannot start leaves the figure out, not the run
+        prof.start()
+    except Exception as e:  # no CUPTI here: the figure is left out, not the run
         print(f"note: no GPU busy share ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return device_us / 1e6 / wall
+    try:
+        _train_block(step, batches, device, n)
+    finally:
+        prof.stop()
+    device_us = sum(e.self_device_time_total for e in prof.key_averages())
+    return device_us / 1e6 / (n / rate)
 
 
 def _forever(loader: Any) -> Any:
@@ -665,15 +660,18 @@ def main() -> None:
             for name in args.workloads.split(","):
                 for data in args.data.split(","):
                     hp = {**base, "data": data}
+                    solo_batches = 20 if quick else 200
+                    last: tuple[float, list[float], dict[str, Any]] | None = None
                     for r in range(args.rounds):
-                        solo, blocks, bound = solo_rate(hp, 20 if quick else 200)
+                        # The solo run after the last round's last side is this round's start.
+                        solo, blocks, bound = last or solo_rate(hp, solo_batches)
                         before = blocks  # the solo blocks just before the next side's run
                         for side in round_order(args.sides.split(","), r):
                             run = SIDES[side](hp, workloads[name], lrs, storage)
-                            after = (
-                                [] if args.no_bracket else solo_rate(hp, 20 if quick else 200)[1]
-                            )
+                            last = None if args.no_bracket else solo_rate(hp, solo_batches)
+                            after, after_bound = ([], {}) if last is None else last[1:]
                             got = {**figures(run, solo), **bracketed(run, before, after)}
+                            got["after_gpu_busy"] = after_bound.get("gpu_busy")
                             got["windows"] = run["windows"]
                             before = after or before
                             record = {
@@ -686,7 +684,6 @@ def main() -> None:
                                 "gpus": max(args.gpus, 1),
                                 "solo_batches_per_s": solo,
                                 "solo_blocks_per_s": blocks,
-                                "solo_cpu_share": bound["cpu_share"],
                                 "solo_gpu_busy": bound["gpu_busy"],
                                 **got,
                             }

@@ -326,7 +326,9 @@ class _EpochsFrom(Sampler[list[int]]):
         if not self._epochs.order_fixed_at_start:
             drawn = list(batches)
             return drawn or None
-        first = next(batches, None)  # the samplers' iterators take the epoch's order here
+        # Drawing the first batch creates the samplers' iterators, which take the epoch's
+        # order and position; it also tells an empty epoch (a repeating loader stops there).
+        first = next(batches, None)
         return None if first is None else itertools.chain([first], batches)
 
     def __len__(self) -> int:

@@ -142,10 +142,6 @@ def test_the_solo_loop_times_each_block_after_a_warm_up(monkeypatch: pytest.Monk
     hp = {"model": "tiny", "batch": 8, "num_workers": 0, "n_train": 64, "data": "resident"}
     got = vs_ray_asha._solo_blocks(hp, 3)
     assert len(got["rates"]) == vs_ray_asha.SOLO_BLOCKS and all(b > 0 for b in got["rates"])
-    # Each block's CPU share is the loop thread's own time over the wall time: on CPU the
-    # loop computes on that thread, so it is the larger part (not a ratio over 1 either).
-    assert len(got["cpu_share"]) == vs_ray_asha.SOLO_BLOCKS
-    assert all(0.3 < c <= 1.05 for c in got["cpu_share"])
     assert got["gpu_busy"] is None  # no CUDA here
 
 
