@@ -558,10 +558,11 @@ SIDES = {
     # One lever changed from searchlab's defaults, to measure what it is worth:
     "searchlab_train_ahead": _searchlab_with({"SEARCHLAB_TRAIN_AHEAD": "1"}),
     "searchlab_sync_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "0"}),
-    # The state written by a thread while the trial trains on (the default before Nov 27).
+    # The state written by a thread while the trial trains on: what "auto" means where the
+    # process trains since call 5E (benchmarks/README.md); "idle" before it.
     "searchlab_thread_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "1"}),
-    # Written at once, in the save (the one-process default since Nov 27), and in a thread
-    # while the worker waits for Tune, finished before the trial trains again.
+    # Written at once, in the save, and in a thread while the worker waits for Tune, finished
+    # before the trial trains again.
     "searchlab_at_once_checkpoints": _searchlab_with(
         {"SEARCHLAB_BACKGROUND_CHECKPOINTS": "at-once"}
     ),

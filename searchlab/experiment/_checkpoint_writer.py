@@ -12,16 +12,16 @@ next trial start). With a ResNet-18 that was ~0.12 s of ``torch.save`` and a sec
    written into it (atomically: a temporary file renamed) and the marker removed: by a thread
    while the caller goes on, or at once, before ``save`` returns (``thread=False``).
 
-Where the writing process also trains (a one-process trial), the thread's write is finished
-before the trial trains again (``finish_before_training``, called by the trainable's
-``step``). So it overlaps only the worker's waits for Tune: after a pause, Tune's stop, the
-next trial's reset and build, and Tune's call to train; after a rung end the trial goes on
-from, only the short trip to Tune and back. On two of three H100 hosts a thread's
-``torch.save`` beside training slowed the windows of a search by about a quarter (the thread
-and the training loop share one GIL), which cost more than the write. Written at once, it
-added ~0.1 s to every hand-over; between windows, a hand-over took 0.50 s against 0.56-0.60 s
-(``SEARCHLAB_BACKGROUND_CHECKPOINTS``: ``idle``, the default here; ``at-once``; ``1`` for a
-thread beside training). Either way the state goes to the experiment only once (Tune copies
+The thread writes while the worker waits for Tune (after a pause: Tune's stop, the next
+trial's reset and build, Tune's call to train) and, after a rung end the trial goes on from,
+beside its next window (``SEARCHLAB_BACKGROUND_CHECKPOINTS``: unset or ``1``). ``torch.save``
+gives up the GIL while it copies and writes a tensor's bytes, so on an H100 a write every
+0.45 s of training (ResNet-18's 89 MB) changed the loop's rate by about 1%, every 0.2 s by
+4% (``benchmarks/write_overlap.py``), while waiting for the write cost 0.11-0.14 s at each
+such rung end. (The quarter that a thread's write once took from training came from the
+pageable host copy before it, now pinned.) ``idle`` finishes the write before the trial
+trains again (``finish_before_training``, called by the trainable's ``step``), ``at-once``
+before ``save`` returns. Either way the state goes to the experiment only once (Tune copies
 just the small files) and stays in memory for the worker's next resume of the trial. The
 data-parallel trial's coordinator trains nothing, so its thread writes while the ranks train.
 

@@ -16,10 +16,11 @@ __all__ = ["ExperimentSpec", "check_environment"]
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
 CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
-# What ``auto`` means where the writing process also trains (a one-process trial): on an
-# H100 a hand-over took 0.50 s against 0.56-0.60 s with the write at once, and training windows
-# kept their rate (benchmarks/README.md, call S).
-AUTO_CHECKPOINT_WRITES: CheckpointWrites = "idle"
+# What ``auto`` means where the writing process also trains (a one-process trial): a thread,
+# also beside training. On an H100 a trial going on from a rung end waited 0.11-0.14 s for the
+# write between windows (``idle``) and 0.04 s with it beside training, whose rate the write
+# changed by about 1% (``benchmarks/write_overlap.py``; benchmarks/README.md, calls 5D, 5E).
+AUTO_CHECKPOINT_WRITES: CheckpointWrites = "thread"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,7 +94,7 @@ def test_a_staged_write_gives_the_files_a_direct_write_gives(
 @pytest.mark.parametrize(
     ("setting", "trains", "thread", "finish"),
     [
-        ("auto", True, True, True),  # a one-process trial: between training windows
+        ("auto", True, True, False),  # a one-process trial: beside its next window too
         ("auto", False, True, False),  # a data-parallel coordinator: beside the ranks
         ("idle", True, True, True),
         ("at_once", True, False, False),
@@ -113,8 +113,8 @@ def test_each_setting_gives_the_writer_it_names(
 def test_a_thread_write_is_finished_before_training_only_when_asked(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, finish: bool
 ) -> None:
-    """``idle`` (the one-process default): the write overlaps the worker's waits for Tune and
-    is in place when the trial trains again. ``1``: training may start beside it."""
+    """``idle``: the write overlaps the worker's waits for Tune and is in place when the trial
+    trains again. ``1`` and ``auto``: training may start beside it."""
     import searchlab.experiment._checkpoint_writer as module
 
     release = threading.Event()
@@ -508,7 +508,7 @@ def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
 def test_the_environment_variable_picks_where_states_are_written(
     monkeypatch: pytest.MonkeyPatch, value: str, expected: str
 ) -> None:
-    """Unset or ``auto``: in a thread, finished before training where the process trains;
+    """Unset or ``auto``: in a thread, beside training too (``AUTO_CHECKPOINT_WRITES``);
     ``at-once``: before ``save`` returns; ``idle``: in a thread finished before training;
     ``1``: in a thread beside training; ``0``: not staged (written in ``save_checkpoint``)."""
     from searchlab.experiment._spec import checkpoint_writes
