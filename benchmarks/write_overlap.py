@@ -4,26 +4,29 @@
     PYTHONPATH=. python benchmarks/write_overlap.py --smoke     # CPU, tiny CNN, a few seconds
 
 At a rung end that a trial goes on from, searchlab writes the trial's state (ResNet-18 with
-SGD momentum: ~85 MB) before the next window (``SEARCHLAB_BACKGROUND_CHECKPOINTS=idle``, the
-default): 0.11-0.14 s at each of 13-25 such rung ends per run of ``vs_ray_asha.py``'s short
-workload on an H100, 1.8-2.8 s of a ~40 s search. Writing it beside the next window instead
-only pays if the write does not slow the window by more. This measures that, on the step of
-``vs_ray_asha.py`` (``asha_model/asha_def.py``'s ``TrainStep``: ResNet-18, a resident batch of
-256, bf16, channels-last; ``--smoke``: a tiny CNN on CPU), in one process:
+SGD momentum: 89 MB). Written before the next window (``SEARCHLAB_BACKGROUND_CHECKPOINTS=idle``,
+the default until call 5E), the trial waited a median 0.11-0.18 s at each of 8-15 such rung
+ends per run of ``vs_ray_asha.py``'s short workload on an H100, 1.1-2.2 s of a ~40 s search.
+Writing it beside the next window instead only pays if the write does not slow the window by
+more. This measures that, on the step of ``vs_ray_asha.py`` (``asha_model/asha_def.py``'s
+``TrainStep``: ResNet-18, a resident batch of 256, bf16, channels-last; ``--smoke``: a tiny
+CNN on CPU), in one process. The loop here is bare (no trainer around each batch), and a
+single block's rate moves with the host by up to ~15%: read the medians.
 
 ``--device cpu`` with ``--model resnet18`` measures the same on a laptop's CPU, where the
 write and the training share the cores.
 
 - ``none``: the loop alone;
 - ``thread``: a thread of this process writes the state (a host copy in pinned memory, as
-  searchlab's ``CheckpointWriter`` holds it) with searchlab's ``write_checkpoint_state``
-  (``torch.save`` to a temporary file, ``fsync``, rename), starting a write every
-  ``--period`` seconds (as rung ends come in the short workload);
+  searchlab's ``CheckpointWriter`` holds it) as its writer thread does
+  (``write_checkpoint_state``: ``torch.save`` to a temporary file, renamed; no ``fsync``),
+  starting a write every ``--period`` seconds (as rung ends come in the short workload);
 - ``process``: a spawned process, which loaded the same state once, writes it the same way on
   the same cadence: the same disk and memory traffic, but no share of this process's GIL.
 
 The modes run in blocks of ``--batches`` batches, in rotating order (``--blocks`` blocks of
-each), after a warm-up. Each block of ``thread`` or ``process`` is read against the median of
+each), after a warm-up and one untimed write by each writer; a write still going at a block's
+end is waited for and counted in that block, so none runs into the next. Each block of ``thread`` or ``process`` is read against the median of
 the ``none`` blocks just before and after it (``ratio``), as the host's speed drifts. Prints a
 table and writes ``benchmarks/results/write_overlap.json``: ``summary`` (each mode's median
 ratio and rate, the writes per block and the median write time) and every block.
@@ -52,35 +55,44 @@ from searchlab.pytorch._checkpoint import write_checkpoint_state
 MODES = ("none", "thread", "process")
 
 
-def _write_loop(
-    state: Any, directory: str, period: float, go: Any, stop: Any, done: Any, times: Any
-) -> None:
-    """Start a write every ``period`` s while ``go`` is set; count them; end at ``stop``."""
-    while not stop.is_set():
-        if not go.wait(0.05):
+class Signals:
+    """What the training side and a writer share (process-safe): ``go`` (write while set),
+    ``started`` (set as a write starts), ``idle`` (set while the writer waits for ``go``),
+    ``ready`` (set after its untimed first write), ``stop``, and the count and seconds of the
+    writes."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.go, self.started, self.idle, self.ready, self.stop = (ctx.Event() for _ in range(5))
+        self.done, self.times = ctx.Value("i", 0), ctx.Value("d", 0.0)
+
+
+def _write(directory: str, state: Any) -> None:
+    # As searchlab's writer thread writes a rung end's state (no fsync: Tune syncs nothing).
+    write_checkpoint_state(directory, state, durable=False)
+
+
+def _write_loop(state: Any, directory: str, period: float, sig: Signals) -> None:
+    """Start a write every ``period`` s while ``sig.go`` is set; count them; end at ``stop``.
+    One untimed write first: the first write of a file is slower (its pages are new)."""
+    _write(directory, state)
+    sig.ready.set()
+    while not sig.stop.is_set():
+        if not sig.go.is_set():
+            sig.idle.set()
+            sig.go.wait(0.02)
             continue
+        sig.started.set()
         began = time.perf_counter()
-        write_checkpoint_state(directory, state)
+        _write(directory, state)
         took = time.perf_counter() - began
-        with done.get_lock():
-            done.value += 1
-            times.value += took
+        with sig.done.get_lock():
+            sig.done.value += 1
+            sig.times.value += took
         time.sleep(max(period - took, 0.0))
 
 
-def _process_main(
-    path: str,
-    ready: Any,
-    directory: str,
-    period: float,
-    go: Any,
-    stop: Any,
-    done: Any,
-    times: Any,
-) -> None:
-    state = torch.load(path, weights_only=True)
-    ready.set()
-    _write_loop(state, directory, period, go, stop, done, times)
+def _process_main(path: str, directory: str, period: float, sig: Signals) -> None:
+    _write_loop(torch.load(path, weights_only=True), directory, period, sig)
 
 
 class Writer:
@@ -88,27 +100,48 @@ class Writer:
 
     def __init__(self, mode: str, state: Any, workdir: pathlib.Path, period: float) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self.go, self.stop, self.ready = ctx.Event(), ctx.Event(), ctx.Event()
-        self.done, self.times = ctx.Value("i", 0), ctx.Value("d", 0.0)
+        self.sig = Signals(ctx)
         directory = workdir / mode
         directory.mkdir()
-        args = (str(directory), period, self.go, self.stop, self.done, self.times)
         if mode == "thread":
-            self.worker: Any = threading.Thread(target=_write_loop, args=(state, *args))
-            self.ready.set()
+            args: tuple[Any, ...] = (state, str(directory), period, self.sig)
+            self.worker: Any = threading.Thread(target=_write_loop, args=args)
         else:
             path = workdir / "state.pth"
             torch.save(state, path)
-            self.worker = ctx.Process(target=_process_main, args=(str(path), self.ready, *args))
+            args = (str(path), str(directory), period, self.sig)
+            self.worker = ctx.Process(target=_process_main, args=args)
         self.worker.start()
 
+    def begin(self) -> None:
+        """Start writing; return once the first write has started (as a rung end's write
+        starts with the window after it)."""
+        self.sig.idle.clear()
+        self.sig.started.clear()
+        self.sig.go.set()
+        if not self.sig.started.wait(60):
+            raise SystemExit("the writer did not start a write within 60 s")
+
+    def end(self) -> None:
+        """Stop writing and wait for a write that runs past the block (counted in it)."""
+        self.sig.go.clear()
+        if not self.sig.idle.wait(600):
+            raise SystemExit("the writer did not finish its write within 600 s")
+
     def counts(self) -> tuple[int, float]:
-        with self.done.get_lock():
-            return self.done.value, self.times.value
+        with self.sig.done.get_lock():
+            return self.sig.done.value, self.sig.times.value
 
     def close(self) -> None:
-        self.stop.set()
+        self.sig.stop.set()
         self.worker.join()
+
+
+def block_order(block: int) -> tuple[str, ...]:
+    """The modes of block ``block``: rotated by one each block, so each mode takes each
+    place (first after the last block's end, between the others, last) equally often."""
+    shift = block % len(MODES)
+    return MODES[shift:] + MODES[:shift]
 
 
 def _block(step: Any, device: torch.device, n: int) -> float:
@@ -145,20 +178,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         writers = {m: Writer(m, state, pathlib.Path(tmp), args.period) for m in MODES[1:]}
         try:
-            for each in writers.values():  # the process has imported torch and loaded
-                if not each.ready.wait(300):
-                    raise SystemExit("the writer process did not start within 300 s")
+            for each in writers.values():  # the process has imported torch, loaded, written
+                if not each.sig.ready.wait(300):
+                    raise SystemExit("a writer did not start within 300 s")
             _block(step, device, max(args.batches // 3, 2))  # warm again after the start-up
             for b in range(args.blocks):
-                order = MODES[b % 3 :] + MODES[: b % 3]
-                for mode in order:
+                for mode in block_order(b):
                     writer: Writer | None = writers.get(mode)
                     before = writer.counts() if writer else (0, 0.0)
                     if writer:
-                        writer.go.set()
+                        writer.begin()
                     rate = _block(step, device, args.batches)
                     if writer:
-                        writer.go.clear()
+                        writer.end()
                     after = writer.counts() if writer else (0, 0.0)
                     writes = after[0] - before[0]
                     blocks.append(
@@ -170,7 +202,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             "write_s": (after[1] - before[1]) / writes if writes else None,
                         }
                     )
-                    time.sleep(args.period)  # let a write begun in the block end outside the next
         finally:
             for each in writers.values():
                 each.close()

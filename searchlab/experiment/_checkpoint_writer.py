@@ -15,17 +15,24 @@ next trial start). With a ResNet-18 that was ~0.12 s of ``torch.save`` and a sec
 The thread writes while the worker waits for Tune (after a pause: Tune's stop, the next
 trial's reset and build, Tune's call to train) and, after a rung end the trial goes on from,
 beside its next window (``SEARCHLAB_BACKGROUND_CHECKPOINTS``: unset or ``1``). ``torch.save``
-gives up the GIL while it copies and writes a tensor's bytes, so on an H100 a write every
-0.45 s of training (ResNet-18's 89 MB) changed the loop's rate by about 1%, every 0.2 s by
-4% (``benchmarks/write_overlap.py``), while waiting for the write cost 0.11-0.14 s at each
-such rung end. (The quarter that a thread's write once took from training came from the
-pageable host copy before it, now pinned.) ``idle`` finishes the write before the trial
-trains again (``finish_before_training``, called by the trainable's ``step``), ``at-once``
-before ``save`` returns. Either way the state goes to the experiment only once (Tune copies
-just the small files) and stays in memory for the worker's next resume of the trial. The
-data-parallel trial's coordinator trains nothing, so its thread writes while the ranks train.
+gives up the GIL while it copies and writes a tensor's bytes: on two H100 hosts, with
+ResNet-18's 89 MB written every 0.45 s of training, the loop kept 0.97-0.99 of its rate alone
+(every 0.2 s, 0.93-0.96; with a process writing instead, 1.00-1.02:
+``benchmarks/write_overlap.py``), about 0.015 s of training per write, where waiting for the
+write cost a median 0.11-0.18 s at each such rung end. (A thread's write once slowed training
+windows by a quarter; a profile then found the training thread as long in the pageable host
+copy, since made pinned and asynchronous, as the writer in ``torch.save``.)
+``idle`` finishes the write before the trial trains again (``finish_before_training``, called
+by the trainable's ``step``), ``at-once`` before ``save`` returns. Either way the state goes
+to the experiment only once (Tune copies just the small files) and stays in memory for the
+worker's next resume of the trial. The data-parallel trial's coordinator trains nothing, so
+its thread writes while the ranks train.
 
-A checkpoint is complete when it holds ``state-dict.pth`` and no marker. Until then:
+A checkpoint is complete when it holds ``state-dict.pth`` and no marker. With the write beside
+training, a rung end's checkpoint stays incomplete while the next window trains: a worker that
+dies then (a crash, a ``kill -9``) leaves the trial to resume from its checkpoint before and
+train from there again; a write that fails is raised by the trial's next step or save,
+after the window's report (whose results the resume then replays). Until it is complete:
 
 - the same worker resuming the trial takes the state from memory (``take``), no disk read;
 - another worker waits for the writer (``wait_until_written``) and, if the writer died (a
@@ -305,10 +312,11 @@ class CheckpointWriter:
         else:
             self.check(owner)
 
-    def close(self) -> None:
-        """Wait for the last write; forget every kept state."""
+    def close(self, owner: str | None = None) -> None:
+        """Wait for the last write; forget every kept state. ``owner``: the trial ending here,
+        as for ``flush`` (a write of an earlier trial on this actor that failed is logged)."""
         try:
-            self.flush()
+            self.flush(owner)
         finally:
             self._kept.clear()
             if self._pool is not None:

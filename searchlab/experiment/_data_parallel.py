@@ -410,4 +410,5 @@ class DataParallelTrainable(tune.Trainable):
         finally:
             writer = getattr(self, "_writer", None)
             if writer is not None:
-                writer.close()  # the last checkpoint is in place before the actor ends
+                # The last checkpoint is in place before the actor ends.
+                writer.close(getattr(self, "trial_id", None))

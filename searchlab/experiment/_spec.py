@@ -17,9 +17,10 @@ TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
 CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
 # What ``auto`` means where the writing process also trains (a one-process trial): a thread,
-# also beside training. On an H100 a trial going on from a rung end waited 0.11-0.14 s for the
-# write between windows (``idle``) and 0.04 s with it beside training, whose rate the write
-# changed by about 1% (``benchmarks/write_overlap.py``; benchmarks/README.md, calls 5D, 5E).
+# also beside training. On an H100 a trial going on from a rung end waited a median
+# 0.11-0.18 s for the write between windows (``idle``) and 0.04-0.10 s with it beside
+# training, which cost the loop about 0.015 s per write (``benchmarks/write_overlap.py``;
+# benchmarks/README.md, calls 5D-5H).
 AUTO_CHECKPOINT_WRITES: CheckpointWrites = "thread"
 
 

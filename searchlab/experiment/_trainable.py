@@ -216,7 +216,8 @@ class SearchlabTrainable(tune.Trainable):
         # torch and Ray loaded, on 2 cores) only delayed the end of every search.
         with self._idle.busy():
             try:
-                self._writer.close()  # the last checkpoint is in place before the actor ends
+                # The last checkpoint is in place before the actor ends.
+                self._writer.close(self.trial_id)
             finally:
                 self._close(collect=False)
 

@@ -3,14 +3,15 @@ loop that runs beside training (what it writes must load as the state it was giv
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import pathlib
 import threading
+import time
 
 import pytest
 import torch
-
-write_overlap = pytest.importorskip("write_overlap")
+import write_overlap
 
 
 def _b(mode: str, rate: float) -> dict:
@@ -39,29 +40,77 @@ def test_no_lone_block_leaves_the_ratio_out() -> None:
     assert [b["ratio"] for b in blocks] == [None, None]
 
 
-def test_the_write_loop_writes_the_state_while_asked_and_counts_each_write(
-    tmp_path: pathlib.Path,
-) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    go, stop = ctx.Event(), ctx.Event()
-    done, times = ctx.Value("i", 0), ctx.Value("d", 0.0)
-    state = {"models_state_dict": [{"w": torch.arange(6.0).reshape(2, 3)}]}
+def _loop(state: dict, directory: pathlib.Path, period: float) -> tuple[threading.Thread, object]:
+    sig = write_overlap.Signals(multiprocessing.get_context("spawn"))
     worker = threading.Thread(
-        target=write_overlap._write_loop, args=(state, str(tmp_path), 0.01, go, stop, done, times)
+        target=write_overlap._write_loop, args=(state, str(directory), period, sig)
     )
     worker.start()
+    assert sig.ready.wait(30)  # its untimed first write is done
+    return worker, sig
+
+
+def test_the_write_loop_writes_only_while_asked_a_period_apart(tmp_path: pathlib.Path) -> None:
+    state = {"models_state_dict": [{"w": torch.arange(6.0).reshape(2, 3)}]}
+    worker, sig = _loop(state, tmp_path, period=0.1)
     try:
-        go.set()
-        for _ in range(500):
-            if done.value >= 2:
-                break
-            threading.Event().wait(0.01)
-        go.clear()
+        time.sleep(0.3)
+        assert sig.done.value == 0  # go is clear: nothing but the untimed first write
+        sig.idle.clear()
+        began = time.perf_counter()
+        sig.go.set()
+        time.sleep(0.45)
+        sig.go.clear()
+        assert sig.idle.wait(30)  # back to waiting once the write in flight is done
+        took = time.perf_counter() - began
+        writes = sig.done.value
+        time.sleep(0.3)
+        assert sig.done.value == writes  # none after go was cleared
     finally:
-        stop.set()
+        sig.stop.set()
         worker.join(30)
     assert not worker.is_alive()
-    assert done.value >= 2 and times.value > 0
+    assert 2 <= writes <= took / 0.1 + 1  # one per period, not as fast as it can
+    assert sig.times.value > 0
     written = torch.load(tmp_path / "state-dict.pth", weights_only=True)
     assert torch.equal(written["models_state_dict"][0]["w"], state["models_state_dict"][0]["w"])
     assert not list(tmp_path.glob(".*.tmp"))  # every write was renamed into place
+
+
+def test_each_mode_takes_each_place_in_the_blocks_equally_often() -> None:
+    orders = [write_overlap.block_order(b) for b in range(6)]
+    assert all(sorted(o) == sorted(write_overlap.MODES) for o in orders)
+    for mode in write_overlap.MODES:
+        places = [o.index(mode) for o in orders]
+        assert sorted(places) == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_smoke_run_times_every_mode_in_every_block(tmp_path: pathlib.Path) -> None:
+    args = argparse.Namespace(
+        quick=True,
+        blocks=2,
+        batches=6,
+        batch=4,
+        period=0.02,
+        workdir=str(tmp_path),
+        device="cpu",
+        model=None,
+    )
+    result = write_overlap.run(args)
+    blocks = result["blocks"]
+    assert [(b["block"], b["mode"]) for b in blocks] == [
+        (0, "none"),
+        (0, "thread"),
+        (0, "process"),
+        (1, "thread"),
+        (1, "process"),
+        (1, "none"),
+    ]
+    assert all(b["batches_per_s"] > 0 for b in blocks)
+    assert all(b["writes"] == 0 for b in blocks if b["mode"] == "none")
+    # Each writing block starts with a write under way and waits for its last one.
+    assert all(b["writes"] >= 1 for b in blocks if b["mode"] != "none")
+    assert all(b["ratio"] is not None for b in blocks if b["mode"] != "none")
+    summary = result["summary"]
+    assert summary["model"] == "tiny" and summary["device"] == "cpu"
+    assert summary["thread_writes_per_block"] >= 1 and summary["process_writes_per_block"] >= 1

@@ -142,6 +142,96 @@ def test_a_thread_write_is_finished_before_training_only_when_asked(
     assert not is_being_written(final) and (final / STATE_FILE).is_file()
 
 
+def _held_writes(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> threading.Event:
+    """Hold every thread write until the returned event is set (then fail it if ``fail``)."""
+    import searchlab.experiment._checkpoint_writer as module
+
+    release = threading.Event()
+    write = module._write_state
+
+    def held_write(directory: pathlib.Path, state: dict) -> None:
+        assert release.wait(30), "the test never let the write go"
+        if fail:
+            err = OSError(28, "No space left on device")
+            module._mark_failed(directory / WRITING_MARKER, err)
+            raise err
+        write(directory, state)
+
+    monkeypatch.setattr(module, "_write_state", held_write)
+    return release
+
+
+def test_training_on_beside_a_write_changes_nothing_it_writes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default where the process trains: the trial trains on while its rung end's state
+    is written. What it writes, and what the same worker resumes from, is the state at the
+    save, however the live tensors change meanwhile."""
+    release = _held_writes(monkeypatch)
+    writer = CheckpointWriter.for_setting("auto", trains=True)
+    final = tmp_path / "t" / "checkpoint_000000"
+    live = _state(1)
+    expected = _state(1)
+    _save(writer, tmp_path / "s", final, live)
+    writer.before_training("trial-a")  # returns at once: the write is still held
+    assert is_being_written(final)
+    for tensor in (
+        *live["models_state_dict"][0].values(),
+        live["optimizers_state_dict"][0]["state"][0]["momentum_buffer"],
+    ):
+        tensor.add_(1)  # the next window trains the live state in place
+    threading.Timer(0.2, release.set).start()
+    taken = writer.take(str(final))  # a resume on this worker waits for the write
+    assert release.is_set() and taken is not None and not is_being_written(final)
+    _same(taken, expected)
+    _same(load_checkpoint(final, trusted=True)[0], expected)
+    writer.close("trial-a")
+
+
+def test_a_failed_write_of_an_earlier_trial_is_logged_at_the_actor_s_end(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tune reuses an actor for trial b while trial a's write is still going; b ends before
+    any save of its own. a's failed write is a's (its marker says so), not b's error."""
+    release = _held_writes(monkeypatch, fail=True)
+    writer = CheckpointWriter.for_setting("auto", trains=True)
+    final = tmp_path / "a" / "checkpoint_000000"
+    writer.stage(str(_mkdir(tmp_path / "s")), _state(1), {"batches_trained": 12}, owner="a")
+    _copy_dir(tmp_path / "s", final)
+    writer.start(str(final))
+    writer.before_training("b")  # b's first step: the write is still held, nothing to say
+    release.set()
+    with caplog.at_level("WARNING", logger="searchlab"):
+        writer.close("b")  # b's end: a's failure is logged, not raised
+    assert "trial a's checkpoint" in caplog.text and "No space left" in caplog.text
+    assert "failed" in json.loads((final / WRITING_MARKER).read_text())
+
+
+def test_a_trial_s_own_failed_write_fails_its_end(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = _held_writes(monkeypatch, fail=True)
+    writer = CheckpointWriter.for_setting("auto", trains=True)
+    final = tmp_path / "a" / "checkpoint_000000"
+    writer.stage(str(_mkdir(tmp_path / "s")), _state(1), {"batches_trained": 12}, owner="a")
+    _copy_dir(tmp_path / "s", final)
+    writer.start(str(final))
+    release.set()
+    with pytest.raises(OSError, match="No space left"):
+        writer.close("a")
+
+
+def _mkdir(path: pathlib.Path) -> pathlib.Path:
+    path.mkdir(parents=True)
+    return path
+
+
+def _copy_dir(source: pathlib.Path, target: pathlib.Path) -> None:
+    target.mkdir(parents=True)
+    for f in source.iterdir():  # Tune's copy
+        (target / f.name).write_bytes(f.read_bytes())
+
+
 @pytest.mark.parametrize("thread", [True, False], ids=["thread", "at-once"])
 def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path, thread: bool) -> None:
     writer = CheckpointWriter(thread=thread)
@@ -427,9 +517,9 @@ def test_a_search_with_staged_writes_ends_as_one_without(
     import searchlab
 
     outcomes, memory_loads, weights = {}, {}, {}
-    # In a thread beside training, in a thread finished before training (the default for a
-    # one-process trial), at once, and not staged at all.
-    for mode in ("1", "auto", "at-once", "0"):
+    # In a thread beside training (the default for a one-process trial), in a thread finished
+    # before training, at once, and not staged at all.
+    for mode in ("1", "idle", "at-once", "0"):
         monkeypatch.setenv("SEARCHLAB_BACKGROUND_CHECKPOINTS", mode)
         results = searchlab.run(
             _search_config(f"bg-{mode}"),
@@ -461,18 +551,18 @@ def test_a_search_with_staged_writes_ends_as_one_without(
             if "searchlab_timing_checkpoint_write_s" in r
         ]
         assert writes and all(w > 0 for w in writes), mode
-    for staged in ("1", "auto", "at-once"):
+    for staged in ("1", "idle", "at-once"):
         assert outcomes[staged] == outcomes["0"]
         assert weights[staged].keys() == weights["0"].keys()
         for lr, models in weights[staged].items():
             _same(models, weights["0"][lr])  # bit for bit
     # Promoted trials came back to the worker that paused them (one trial at a time).
-    assert all(memory_loads[m] > 0 for m in ("1", "auto", "at-once")) and memory_loads["0"] == 0
+    assert all(memory_loads[m] > 0 for m in ("1", "idle", "at-once")) and memory_loads["0"] == 0
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize(
-    "mode", ["1", "auto", "at-once"], ids=["thread", "thread-before-training", "at-once"]
+    "mode", ["1", "idle", "at-once"], ids=["thread", "thread-before-training", "at-once"]
 )
 def test_a_worker_killed_mid_write_is_retried_from_the_checkpoint_before(
     ray_session: object, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, mode: str
