@@ -270,34 +270,19 @@ def bracketed(run: dict[str, Any], before: list[float], after: list[float]) -> d
 
 def _solo_blocks(hp: dict[str, Any], batches: int) -> dict[str, Any]:
     """The solo loop's blocks: ``rates`` (batches/s) and ``gpu_busy`` (``_gpu_busy``)."""
-    from asha_def import TrainStep
+    from asha_def import TrainStep, train_rate
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     step = TrainStep({**hp, "lr": 0.01}, device, seed=0)
     loader = torch.utils.data.DataLoader(step.dataset(), **step.loader_kwargs())
     it = _forever(loader)
-    _train_block(step, it, device, max(batches // 5, 2))  # warm-up: cuDNN's tuning, the allocator
-    rates = [_train_block(step, it, device, batches) for _ in range(SOLO_BLOCKS)]
+    train_rate(step, it, max(batches // 5, 2))  # warm-up: cuDNN's tuning, the allocator
+    rates = [train_rate(step, it, batches) for _ in range(SOLO_BLOCKS)]
     busy = _gpu_busy(step, it, device, max(batches // 5, 2), statistics.median(rates))
     del step, loader, it
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {"rates": rates, "gpu_busy": busy}
-
-
-def _train_block(step: Any, batches: Any, device: torch.device, n: int) -> float:
-    """Batches per second of ``n`` steps of the hand-written loop."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(n):
-        loss = step.loss(*step.inputs(next(batches)))
-        step.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        step.opt.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return n / (time.perf_counter() - began)
 
 
 def _gpu_busy(step: Any, batches: Any, device: torch.device, n: int, rate: float) -> float | None:
@@ -315,7 +300,9 @@ def _gpu_busy(step: Any, batches: Any, device: torch.device, n: int, rate: float
         print(f"note: no GPU busy share ({type(e).__name__}: {e})", file=sys.stderr)
         return None
     try:
-        _train_block(step, batches, device, n)
+        from asha_def import train_rate
+
+        train_rate(step, batches, n)
     finally:
         prof.stop()
     device_us = sum(e.self_device_time_total for e in prof.key_averages())

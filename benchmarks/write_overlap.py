@@ -35,6 +35,7 @@ ratio and rate, the writes per block and the median write time) and every block.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import pathlib
 import statistics
@@ -144,29 +145,15 @@ def block_order(block: int) -> tuple[str, ...]:
     return MODES[shift:] + MODES[:shift]
 
 
-def _block(step: Any, device: torch.device, n: int) -> float:
-    """Batches per second of ``n`` steps, between two synchronisations."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(n):
-        loss = step.loss(*step.resident)
-        step.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        step.opt.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return n / (time.perf_counter() - began)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from asha_def import TrainStep
+    from asha_def import TrainStep, train_rate
 
     cuda = torch.cuda.is_available() and not args.quick and args.device != "cpu"
     device = torch.device("cuda" if cuda else "cpu")
     model = args.model or ("resnet18" if device.type == "cuda" and not args.quick else "tiny")
     step = TrainStep({"lr": 0.01, "model": model, "batch": args.batch}, device, seed=0)
-    _block(step, device, max(args.batches // 3, 2))  # warm-up: cuDNN's tuning, momentum
+    resident = itertools.repeat(None)  # the step trains its resident batch
+    train_rate(step, resident, max(args.batches // 3, 2))  # warm-up: cuDNN's tuning, momentum
     state = host_copy(
         {
             "models_state_dict": [step.model.state_dict()],
@@ -181,14 +168,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for each in writers.values():  # the process has imported torch, loaded, written
                 if not each.sig.ready.wait(300):
                     raise SystemExit("a writer did not start within 300 s")
-            _block(step, device, max(args.batches // 3, 2))  # warm again after the start-up
+            train_rate(step, resident, max(args.batches // 3, 2))  # warm again after the start-up
             for b in range(args.blocks):
                 for mode in block_order(b):
                     writer: Writer | None = writers.get(mode)
                     before = writer.counts() if writer else (0, 0.0)
                     if writer:
                         writer.begin()
-                    rate = _block(step, device, args.batches)
+                    rate = train_rate(step, resident, args.batches)
                     if writer:
                         writer.end()
                     after = writer.counts() if writer else (0, 0.0)

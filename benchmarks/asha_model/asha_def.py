@@ -213,6 +213,24 @@ class TrainStep:
         return loss
 
 
+def train_rate(step: TrainStep, batches: Iterator[Any], n: int) -> float:
+    """Batches per second of ``n`` steps of the hand-written loop (``step``'s model and
+    optimizer on ``batches``), between two synchronisations: the solo rate of
+    ``vs_ray_asha.py`` and the blocks of ``write_overlap.py``."""
+    cuda = step.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(n):
+        loss = step.loss(*step.inputs(next(batches)))
+        step.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        step.opt.step()
+    if cuda:
+        torch.cuda.synchronize()
+    return n / (time.perf_counter() - began)
+
+
 class _Indices(torch.utils.data.Dataset):
     """A resident batch's loader: indices only (the step reads the batch on the device)."""
 

@@ -188,37 +188,32 @@ def test_training_on_beside_a_write_changes_nothing_it_writes(
     writer.close("trial-a")
 
 
-def test_a_failed_write_of_an_earlier_trial_is_logged_at_the_actor_s_end(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("ending", ["b", "a"], ids=["another-trial", "its-own"])
+def test_a_failed_write_at_the_actor_s_end_is_raised_only_to_its_own_trial(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    ending: str,
 ) -> None:
-    """Tune reuses an actor for trial b while trial a's write is still going; b ends before
-    any save of its own. a's failed write is a's (its marker says so), not b's error."""
+    """Trial a's write is still going when the actor ends: Tune reused it for trial b, which
+    ended before any save of its own, or a itself ends. a's failed write is a's error (its
+    marker says so), logged at b's end, raised at a's."""
     release = _held_writes(monkeypatch, fail=True)
     writer = CheckpointWriter.for_setting("auto", trains=True)
     final = tmp_path / "a" / "checkpoint_000000"
     writer.stage(str(_mkdir(tmp_path / "s")), _state(1), {"batches_trained": 12}, owner="a")
     _copy_dir(tmp_path / "s", final)
     writer.start(str(final))
-    writer.before_training("b")  # b's first step: the write is still held, nothing to say
+    writer.before_training(ending)  # the next step: the write is still held, nothing to say
     release.set()
-    with caplog.at_level("WARNING", logger="searchlab"):
-        writer.close("b")  # b's end: a's failure is logged, not raised
-    assert "trial a's checkpoint" in caplog.text and "No space left" in caplog.text
+    if ending == "a":
+        with pytest.raises(OSError, match="No space left"):
+            writer.close("a")
+    else:
+        with caplog.at_level("WARNING", logger="searchlab"):
+            writer.close("b")
+        assert "trial a's checkpoint" in caplog.text and "No space left" in caplog.text
     assert "failed" in json.loads((final / WRITING_MARKER).read_text())
-
-
-def test_a_trial_s_own_failed_write_fails_its_end(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    release = _held_writes(monkeypatch, fail=True)
-    writer = CheckpointWriter.for_setting("auto", trains=True)
-    final = tmp_path / "a" / "checkpoint_000000"
-    writer.stage(str(_mkdir(tmp_path / "s")), _state(1), {"batches_trained": 12}, owner="a")
-    _copy_dir(tmp_path / "s", final)
-    writer.start(str(final))
-    release.set()
-    with pytest.raises(OSError, match="No space left"):
-        writer.close("a")
 
 
 def _mkdir(path: pathlib.Path) -> pathlib.Path:
