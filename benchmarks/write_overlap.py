@@ -50,7 +50,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "asha_model"))
 from _common import add_common_args, machine_info, print_table, result_path, write_result
 
-from searchlab.experiment._checkpoint_writer import host_copy
+from searchlab.experiment._checkpoint_writer import _nbytes, host_copy
 from searchlab.pytorch._checkpoint import write_checkpoint_state
 
 MODES = ("none", "thread", "process")
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "optimizers_state_dict": [step.opt.state_dict()],
         }
     )
-    state_mb = sum(t.numel() * t.element_size() for t in _tensors(state)) / 1e6
+    state_mb = _nbytes(state) / 1e6
     blocks: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         writers = {m: Writer(m, state, pathlib.Path(tmp), args.period) for m in MODES[1:]}
@@ -204,16 +204,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             times = [b["write_s"] for b in mine if b["write_s"] is not None]
             summary[f"{mode}_write_s"] = statistics.median(times) if times else None
     return {"summary": summary, "blocks": blocks}
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in _tensors(v)]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in _tensors(v)]
-    return []
 
 
 def _bracket(blocks: list[dict[str, Any]]) -> None:
