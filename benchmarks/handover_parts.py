@@ -18,7 +18,14 @@ there, each after a warm-up and ``--repeats`` times (medians):
 - ``close_s``: dropping the trained step, with the allocator's cache given back
   (``empty_cache_close_s``, what ``reset_config`` does) or kept (``keep_cache_close_s``);
 - ``rebuild_first_batch_*_s``: building the next step and training its first batch
-  (synchronised), after each kind of close.
+  (synchronised), after each kind of close;
+- with a loader of CIFAR-shaped images (``TrainStep``'s settings: 4 workers, pinned memory,
+  persistent workers), once through torch's ``DataLoader`` (``torch_loader_*``) and once
+  through searchlab's (``searchlab_loader_*``: the seeded, resumable stream a trial trains
+  on): ``first_batch_s``, from making the loader's iterator (its workers' fork) to the first
+  batch in pinned host memory; ``first_step_s``, that batch's training step; ``batch_s``, a
+  later batch's wait (median of 20, each after a training step); ``close_s``, dropping the
+  iterator (its workers' shutdown), what every new or resumed trial pays at its start and end.
 
 Writes ``benchmarks/results/handover_parts.json`` and prints the medians.
 """
@@ -32,7 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -88,6 +95,54 @@ def pinned_copy(obj: Any) -> Any:
     return out
 
 
+def _step_on(step: TrainStep, batch: Any) -> None:
+    loss = step.loss(*step.inputs(batch))
+    step.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    step.opt.step()
+
+
+def loader_parts(step: TrainStep, kind: str) -> dict[str, float]:
+    """Start, first batch, steady batch and close of ``step``'s loader (torch's or searchlab's)."""
+    kwargs, dataset = step.loader_kwargs(), step.dataset()
+    if kind == "torch":
+
+        def start() -> Iterator[Any]:
+            return iter(torch.utils.data.DataLoader(dataset, **kwargs))
+
+    else:
+        from searchlab.pytorch import DataLoader
+
+        epochs = DataLoader(dataset, **kwargs).build(seed=0)
+
+        def start() -> Iterator[Any]:
+            return epochs.stream(0, 0)
+
+    device = step.device
+    out: dict[str, float] = {}
+    _sync(device)
+    began = time.perf_counter()
+    batches = start()
+    batch = next(batches)
+    out["first_batch_s"] = time.perf_counter() - began
+    out["first_step_s"], _ = _timed(device, lambda: _step_on(step, batch))
+    waits = []
+    for _ in range(20):
+        began = time.perf_counter()
+        batch = next(batches)
+        waits.append(time.perf_counter() - began)
+        _step_on(step, batch)
+    out["batch_s"] = statistics.median(waits)
+    _sync(device)
+    began = time.perf_counter()
+    close = getattr(batches, "close", None)
+    if callable(close):
+        close()
+    batches = batch = None  # the iterator's last reference: its workers end here
+    out["close_s"] = time.perf_counter() - began
+    return {f"{kind}_loader_{k}": v for k, v in out.items()}
+
+
 def one_round(hp: dict[str, Any], device: torch.device, batches: int, tmp: pathlib.Path) -> dict:
     step = TrainStep(hp, device, seed=0)
     _train(step, batches)
@@ -128,6 +183,9 @@ def one_round(hp: dict[str, Any], device: torch.device, batches: int, tmp: pathl
 
         out[f"rebuild_first_batch_{kind}_s"], step = _timed(device, rebuild)
         _train(step, batches)
+    loading = TrainStep({**hp, "data": "loader"}, device, seed=2)
+    for kind in ("torch", "searchlab"):
+        out.update(loader_parts(loading, kind))
     return out
 
 
