@@ -82,6 +82,7 @@ from typing import Any
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import environment
+from _rank_watch import RankWatch, core_plan, physical_cores
 from _scale_measure import GpuSampler, gpu_state, physical_gpus
 from model_def import HPARAM_DEFAULTS
 
@@ -376,6 +377,8 @@ def machine(gpus: int) -> dict[str, Any]:
         info["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(gpus)]
         info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    cores = physical_cores(os.sched_getaffinity(0))
+    info.update(physical_cores=len(cores), threads_per_core=max(map(len, cores)))
     return info
 
 
@@ -392,6 +395,26 @@ def detail(side: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in side.items() if k not in DETAIL_DROPS}
 
 
+# How each side's rank processes show in ``/proc/<pid>/cmdline`` (for ``--pin-ranks``): the
+# torchrun workers (not torchrun itself), and the Ray actors of a searchlab data-parallel trial.
+RANK_COMMANDS = {
+    "torchrun": lambda cmd: str(WORKER) in cmd and "torch.distributed.run" not in cmd,
+    "searchlab": lambda cmd: cmd.startswith("ray::TrialWorker"),
+}
+
+
+def rank_threads(watch: RankWatch, side: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each rank's threads' CPU over the side's timed window, and its CPU time per batch."""
+    ranks = watch.threads(side["timed_began_unix"], side["timed_ended_unix"])
+    per_batch = side["timed_s"] / side["timed_batches"]
+    for rank in ranks:
+        if rank:
+            rank["cpu_ms_per_batch"] = rank["cpu_cores"] * per_batch * 1e3
+    if watch.errors:
+        ranks.append({"errors": watch.errors})
+    return ranks
+
+
 def run_rounds(
     args: argparse.Namespace,
     gpus: int,
@@ -404,6 +427,11 @@ def run_rounds(
     (``--order alternate``, the default), so a drift over the run (a GPU warming up, a
     neighbour's load) hits each side as often in first place as in second."""
     nccl_dir = tmp / "nccl-searchlab"
+    plan = (
+        core_plan(physical_cores(os.sched_getaffinity(0)), gpus, args.pin_ranks)
+        if args.pin_ranks
+        else None
+    )
     started = start_ray(gpus, nccl_log_env(nccl_dir))
     sampler = GpuSampler(physical_gpus(gpus), period_ms=250, extra=SMI_EXTRA)
     sampling = torch.cuda.is_available() and sampler.start()
@@ -421,9 +449,11 @@ def run_rounds(
                 # A search's actors give their GPUs back after it returns: wait for them
                 # before any run that follows one (two searches run back to back too).
                 settle = wait_for_ray_resources() if searched else 0.0
+                watch = RankWatch(RANK_COMMANDS[name], plan)
                 if name == "torchrun":
                     print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
-                    side = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
+                    with watch:
+                        side = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
                     if not n:
                         n = int(side["timed_batches"])
                     print(
@@ -435,7 +465,8 @@ def run_rounds(
                 else:
                     total = args.report_every + n
                     print(f"{tag}: searchlab: {gpus}-worker trial, {total} batches ...")
-                    side = run_searchlab(args, gpus, root, epoch_images, n, tmp, i, nccl_dir)
+                    with watch:
+                        side = run_searchlab(args, gpus, root, epoch_images, n, tmp, i, nccl_dir)
                     searched = True
                     print(
                         f"{tag}: searchlab: {side['samples_per_s']:.0f} samples/s over "
@@ -445,6 +476,19 @@ def run_rounds(
                         f" {side['report_gap_s']['share_of_timed']:.1%} of the timed time",
                         flush=True,
                     )
+                side["rank_threads"] = rank_threads(watch, side)
+                cpu = [r for r in side["rank_threads"] if r.get("threads")]
+                if cpu:
+                    print(
+                        f"{tag}: {name}: ranks' CPU over the timed window: "
+                        + ", ".join(
+                            f"{r['cpu_cores']:.2f} cores ({r['cpu_ms_per_batch']:.1f} ms a batch)"
+                            for r in cpu
+                        ),
+                        flush=True,
+                    )
+                if watch.pinning is not None:
+                    side["pinning"] = watch.pinning
                 if side["timed_batches"] != n:
                     raise RuntimeError(f"{name} timed {side['timed_batches']} batches, not {n}")
                 side.update(began_s=side_began, ray_settle_s=settle)
@@ -480,6 +524,15 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
     def windows(name: str) -> float:
         return statistics.median(w for s in side(name) for w in s["window_samples_per_s"])
 
+    def cpu_per_batch(name: str) -> float | None:
+        """Median over rounds of the ranks' mean CPU milliseconds per batch."""
+        means = []
+        for s in side(name):
+            ranks = [r["cpu_ms_per_batch"] for r in s.get("rank_threads", []) if r.get("threads")]
+            if ranks:
+                means.append(statistics.fmean(ranks))
+        return statistics.median(means) if means else None
+
     pairs = [r["pair_ratio"] for r in rounds]
     ratio = statistics.median(pairs)
     return {
@@ -494,6 +547,8 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
         },
         "pooled_ratio": pooled("searchlab") / pooled("torchrun"),
         "window_median_ratio": windows("searchlab") / windows("torchrun"),
+        # The host work a batch takes in a rank, all its threads together (RankWatch).
+        "rank_cpu_ms_per_batch": {name: cpu_per_batch(name) for name in ("torchrun", "searchlab")},
         "rounds": len(rounds),
         "target": TARGET,
         "meets_target": ratio >= TARGET,
@@ -565,6 +620,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "timed_batches": n,
             "searchlab_batches": r + n,
             "cpus_per_worker": args.cpus_per_worker,
+            "pin_ranks": (
+                f"each rank's threads on {args.pin_ranks} physical core(s) of its own, its "
+                "loader workers on the other cores, on both sides"
+                if args.pin_ranks
+                else None
+            ),
             "epoch_images": epoch_images,
             "n_train": args.n_train,
             "n_test": args.n_test,
@@ -649,6 +710,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--calibration", type=int, default=50, help="torchrun's batches to pick N")
     parser.add_argument(
         "--cpus-per-worker", type=float, default=1.0, help="resources.cpus_per_trial"
+    )
+    parser.add_argument(
+        "--pin-ranks",
+        type=int,
+        default=0,
+        metavar="K",
+        help="pin each rank's threads to K physical cores of its own and its loader workers to "
+        "the other cores, on both sides alike (benchmarks/_pin_ranks.py; 0: the OS places them)",
     )
     parser.add_argument("--no-amp", action="store_true", help="fp32 instead of bf16 autocast")
     parser.add_argument("--n-train", type=int, default=50_000, help="training images")
