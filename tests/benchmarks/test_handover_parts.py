@@ -1,0 +1,38 @@
+"""``benchmarks/handover_parts.py``: the loader pieces time a start, a step and a real end."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "asha_model"))
+
+from asha_def import TrainStep
+from handover_parts import loader_parts
+
+
+def _children() -> set[int]:
+    """This process's child processes (a loader's workers while they live)."""
+    found = set()
+    for task in pathlib.Path("/proc/self/task").iterdir():
+        children = task / "children"
+        if children.is_file():
+            found.update(int(pid) for pid in children.read_text().split())
+    return found
+
+
+@pytest.mark.parametrize("kind", ["torch", "searchlab"])
+def test_a_loaders_pieces_are_timed_and_its_workers_end_with_it(kind: str) -> None:
+    hp = {"model": "tiny", "batch": 8, "lr": 0.01, "data": "loader", "num_workers": 2}
+    step = TrainStep({**hp, "n_train": 256}, torch.device("cpu"), seed=0)
+    before = _children()
+    got = loader_parts(step, kind)
+    assert set(got) == {
+        f"{kind}_loader_{part}" for part in ("first_batch_s", "first_step_s", "batch_s", "close_s")
+    }
+    assert all(seconds > 0 for seconds in got.values())
+    # The close timed the workers' end: none of them outlives it.
+    assert _children() <= before
