@@ -6,7 +6,9 @@ thread take turns, ~1.0 core in all on either side (call 6A, ``benchmarks/README
 rate follows how much CPU a batch takes and how fast the core it lands on runs.
 ``RankWatch`` samples every rank thread's CPU time (``/proc/<pid>/task/<tid>/stat``) every
 ``period_s``, so a run can say each thread's share of a core and the rank's CPU time per
-batch over its timed window. With a plan (``data_parallel.py --pin-ranks K``) it also gives
+batch over its timed window. A rank is a process whose command line matches and whose parent
+is its side's launcher (torchrun, or Ray's raylet): nothing else that names the worker's
+script, no orphaned loader worker, and never the watching process itself. With a plan (``data_parallel.py --pin-ranks K``) it also gives
 rank r the CPUs of K physical cores of its own (the last ones) and the ranks' loader workers
 every other CPU, so a comparison measures the two loops and not where the scheduler put them.
 Nothing here changes how searchlab runs for a user.
@@ -19,25 +21,42 @@ import pathlib
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 SYS_CPU = pathlib.Path("/sys/devices/system/cpu")
 PROC = pathlib.Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# A full scan of /proc once the ranks are known: often enough to see a late loader worker.
+RESCAN_S = 2.0
+
+Samples = list[tuple[float, dict[int, tuple[str, float]]]]
+
+
+@dataclass(frozen=True)
+class RankMatch:
+    """How one side's ranks show in ``/proc``: their command line, and their parent's."""
+
+    is_rank: Callable[[str], bool]
+    is_launcher: Callable[[str], bool]
 
 
 def physical_cores(cpus: Iterable[int], sys_cpu: pathlib.Path = SYS_CPU) -> list[list[int]]:
-    """``cpus`` grouped by physical core (hardware threads of one core together), in order."""
-    groups: dict[tuple[int, int], list[int]] = {}
+    """``cpus`` grouped by physical core (hardware threads of one core together), in order.
+
+    A core is the set the kernel lists as one CPU's siblings (``core_cpus_list``, or
+    ``thread_siblings_list`` on kernels before 5.7); a CPU without topology is a core alone.
+    """
+    groups: dict[str, list[int]] = {}
     for cpu in sorted(cpus):
         topology = sys_cpu / f"cpu{cpu}" / "topology"
-        try:
-            key = (
-                int((topology / "physical_package_id").read_text()),
-                int((topology / "core_id").read_text()),
-            )
-        except (OSError, ValueError):
-            key = (-1, cpu)  # no topology: every CPU a core of its own
+        key = f"cpu{cpu}"
+        for name in ("core_cpus_list", "thread_siblings_list"):
+            try:
+                key = (topology / name).read_text().strip()
+                break
+            except OSError:
+                continue
         groups.setdefault(key, []).append(cpu)
     return sorted(groups.values())
 
@@ -47,8 +66,9 @@ def core_plan(cores: list[list[int]], ranks: int, per_rank: int) -> tuple[list[s
     most of the kernel's housekeeping) and the CPUs left for the rest."""
     if per_rank < 1 or len(cores) < ranks * per_rank + 1:
         raise ValueError(
-            f"{ranks} ranks x {per_rank} physical cores need {ranks * per_rank + 1} cores "
-            f"(one left for the loaders); this machine has {len(cores)}"
+            f"--pin-ranks {per_rank}: {ranks} ranks x {per_rank} physical cores need "
+            f"{ranks * per_rank + 1} cores (one left for the loaders); this machine has "
+            f"{len(cores)}; pass a smaller K, or 0 to leave placement to the OS"
         )
     last = len(cores)
     own = [
@@ -59,15 +79,19 @@ def core_plan(cores: list[list[int]], ranks: int, per_rank: int) -> tuple[list[s
     return own, rest
 
 
-def classify(
-    procs: dict[int, tuple[int, str]], is_rank: Callable[[str], bool]
-) -> tuple[list[int], list[int]]:
-    """Ranks (matching, parent not matching) and their children (loader workers) among
-    ``procs`` (pid -> (parent pid, command line)), each in pid order."""
+def classify(procs: dict[int, tuple[int, str]], match: RankMatch) -> tuple[list[int], list[int]]:
+    """Ranks (matching, with a launcher for a parent) and their children (loader workers)
+    among ``procs`` (pid -> (parent pid, command line)), each in pid order."""
     me = os.getpid()  # this process's own command line may name the ranks' script
-    matching = {pid for pid, (_, cmd) in procs.items() if is_rank(cmd) and pid != me}
-    ranks = sorted(pid for pid in matching if procs[pid][0] not in matching)
-    children = sorted(pid for pid in matching if procs[pid][0] in ranks)
+
+    def launched(pid: int) -> bool:
+        parent = procs.get(procs[pid][0])
+        return parent is not None and match.is_launcher(parent[1])
+
+    ranks = sorted(
+        pid for pid, (_, cmd) in procs.items() if pid != me and match.is_rank(cmd) and launched(pid)
+    )
+    children = sorted(pid for pid, (parent, _) in procs.items() if parent in ranks)
     return ranks, children
 
 
@@ -80,10 +104,81 @@ def _processes(proc: pathlib.Path = PROC) -> dict[int, tuple[int, str]]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             stat = (entry / "stat").read_text()
             parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue
         found[int(entry.name)] = (parent, cmd)
     return found
+
+
+def _children(pids: Iterable[int], proc: pathlib.Path = PROC) -> set[int]:
+    """The child processes of ``pids`` (from each thread's ``children`` list)."""
+    found: set[int] = set()
+    for pid in pids:
+        try:
+            tasks = list((proc / str(pid) / "task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                found.update(int(c) for c in (task / "children").read_text().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def thread_times(pid: int, proc: pathlib.Path = PROC) -> dict[int, tuple[str, float]]:
+    """Each thread of ``pid``: its name and CPU seconds so far (utime + stime, the 14th and
+    15th fields of its ``stat``; the name may hold spaces and parentheses)."""
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[int(task.name)] = (
+                stat[stat.index("(") + 1 : stat.rindex(")")],
+                (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+            )
+        except (OSError, ValueError, IndexError):  # the thread ended, or a torn read
+            continue
+    return out
+
+
+def thread_shares(samples: Samples, began: float, ended: float) -> dict[str, Any]:
+    """CPU of one process's threads between the samples nearest ``began`` and ``ended``:
+    each busy thread's share of a core (name, share; > 0.5% only), and the total.
+
+    A thread that ended inside the window counts up to its last sample; one that started
+    inside it counts from zero (all its CPU time is inside the window).
+    """
+    inside = [s for s in samples if began - 1.0 <= s[0] <= ended + 1.0]
+    if len(inside) < 2:
+        return {}
+    first = min(inside, key=lambda s: abs(s[0] - began))
+    last = min(inside, key=lambda s: abs(s[0] - ended))
+    seconds = last[0] - first[0]
+    if seconds <= 0:
+        return {}
+    latest: dict[int, tuple[str, float]] = {}
+    for when, threads in inside:
+        if first[0] <= when <= last[0]:
+            latest.update(threads)
+    shares = [
+        (name, (cpu - first[1].get(tid, (name, 0.0))[1]) / seconds)
+        for tid, (name, cpu) in latest.items()
+    ]
+    return {
+        "seconds": seconds,
+        "cpu_cores": sum(share for _, share in shares),
+        "threads": [
+            [name, round(share, 4)]
+            for name, share in sorted(shares, key=lambda x: -x[1])
+            if share > 0.005
+        ],
+    }
 
 
 def _pin(pid: int, cpus: set[int]) -> int:
@@ -103,73 +198,33 @@ def _pin(pid: int, cpus: set[int]) -> int:
     return done
 
 
-def _thread_times(pid: int) -> dict[int, tuple[str, float]]:
-    """Each thread of ``pid``: its name and CPU seconds so far (user + system)."""
-    out: dict[int, tuple[str, float]] = {}
-    try:
-        tasks = list((PROC / str(pid) / "task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:  # the thread ended
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(task.name)] = (
-            stat[stat.index("(") + 1 : stat.rindex(")")],
-            (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
-        )
-    return out
-
-
-def thread_shares(
-    samples: list[tuple[float, dict[int, tuple[str, float]]]], began: float, ended: float
-) -> dict[str, Any]:
-    """CPU of one process's threads between the samples nearest ``began`` and ``ended``:
-    each busy thread's share of a core (name, share; > 0.5% only), and the total."""
-    inside = [s for s in samples if began - 1.0 <= s[0] <= ended + 1.0]
-    if len(inside) < 2:
-        return {}
-    first = min(inside, key=lambda s: abs(s[0] - began))
-    last = min(inside, key=lambda s: abs(s[0] - ended))
-    seconds = last[0] - first[0]
-    if seconds <= 0:
-        return {}
-    shares = [
-        (name, (cpu - first[1][tid][1]) / seconds)
-        for tid, (name, cpu) in last[1].items()
-        if tid in first[1]
-    ]
-    return {
-        "seconds": seconds,
-        "cpu_cores": sum(share for _, share in shares),
-        "threads": [
-            [name, round(share, 4)]
-            for name, share in sorted(shares, key=lambda x: -x[1])
-            if share > 0.005
-        ],
-    }
-
-
 class RankWatch:
-    """While running, every ``period_s``: samples the CPU time of each thread of the processes
-    ``is_rank`` matches, and with a ``plan`` pins them (in the order they appear) to their
-    cores and their children (loader workers) to the rest."""
+    """While running, every ``period_s``: samples the CPU time of each thread of one side's
+    ``ranks`` rank processes, and with a ``plan`` pins them (in the order they appear) to
+    their cores and their children (loader workers) to the rest.
+
+    All of ``/proc`` is scanned until the ranks are found, then every ``RESCAN_S``; in
+    between only the ranks' own entries are read, to keep the watch light in a process that
+    also runs the search's driver.
+    """
 
     def __init__(
         self,
-        is_rank: Callable[[str], bool],
+        match: RankMatch,
+        ranks: int,
         plan: tuple[list[set[int]], set[int]] | None = None,
         period_s: float = 0.25,
     ) -> None:
-        self._is_rank = is_rank
+        if plan is not None and len(plan[0]) != ranks:
+            raise ValueError(f"a plan for {len(plan[0])} ranks, but {ranks} ranks to watch")
+        self._match = match
+        self._ranks = ranks
         self._own, self._rest = plan if plan is not None else ([], set())
         self._period = period_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rank-watch", daemon=True)
-        self._slot: dict[int, int] = {}  # rank pid -> index into the plan
-        self.samples: dict[int, list[tuple[float, dict[int, tuple[str, float]]]]] = {}
+        self._slot: dict[int, int] = {}  # rank pid -> the order it appeared in
+        self.samples: dict[int, Samples] = {}
         self.pinning: dict[str, Any] | None = (
             {"ranks": {}, "loader_workers": 0} if plan is not None else None
         )
@@ -182,32 +237,49 @@ class RankWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if len(self._slot) != self._ranks:
+            self._error(f"saw {len(self._slot)} rank processes, expected {self._ranks}")
 
     def threads(self, began: float, ended: float) -> list[dict[str, Any]]:
-        """Each rank's ``thread_shares`` over ``began..ended`` (Unix times), in rank order."""
+        """Each rank's ``thread_shares`` over ``began..ended`` (Unix times) with its pid, in
+        the order the ranks appeared (not their rank numbers: Ray starts its actors in any
+        order; the ``pt_autograd_N`` thread names the rank's device)."""
         return [
-            thread_shares(self.samples[pid], began, ended)
-            for pid in sorted(self.samples, key=lambda p: self._slot.get(p, p))
+            {"pid": pid, **thread_shares(self.samples.get(pid, []), began, ended)}
+            for pid in sorted(self._slot, key=self._slot.__getitem__)
         ]
+
+    def _error(self, message: str) -> None:
+        if len(self.errors) < 5:
+            self.errors.append(message)
+        elif len(self.errors) == 5:
+            self.errors.append("(later errors left out)")
 
     def _run(self) -> None:
         workers: set[int] = set()
+        scanned = 0.0
         while not self._stop.is_set():
             try:
-                ranks, children = classify(_processes(), self._is_rank)
-                now = time.time()
-                for pid in ranks:
-                    if pid not in self._slot:
-                        self._slot[pid] = len(self._slot)
-                    slot = self._slot[pid]
-                    if self.pinning is not None and slot < len(self._own):
-                        if _pin(pid, self._own[slot]):
-                            self.pinning["ranks"][str(pid)] = sorted(self._own[slot])
-                    self.samples.setdefault(pid, []).append((now, _thread_times(pid)))
+                if len(self._slot) < self._ranks or time.monotonic() - scanned > RESCAN_S:
+                    scanned = time.monotonic()
+                    ranks, children = classify(_processes(), self._match)
+                    for pid in ranks:
+                        if pid not in self._slot:
+                            if len(self._slot) >= self._ranks:
+                                self._error(f"a rank process beyond the {self._ranks} expected")
+                                continue
+                            self._slot[pid] = len(self._slot)
+                else:
+                    children = sorted(_children(self._slot))
+                for pid, slot in self._slot.items():
+                    if self.pinning is not None and _pin(pid, self._own[slot]):
+                        self.pinning["ranks"][str(pid)] = sorted(self._own[slot])
+                    threads = thread_times(pid)
+                    if threads:  # nothing: the process has ended
+                        self.samples.setdefault(pid, []).append((time.time(), threads))
                 if self.pinning is not None:
                     workers.update(pid for pid in children if _pin(pid, self._rest))
                     self.pinning["loader_workers"] = len(workers)
             except Exception as exc:  # a failed pass is reported, not fatal
-                if len(self.errors) < 5:
-                    self.errors.append(repr(exc))
+                self._error(repr(exc))
             self._stop.wait(self._period)

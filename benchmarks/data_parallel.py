@@ -82,7 +82,7 @@ from typing import Any
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import environment
-from _rank_watch import RankWatch, core_plan, physical_cores
+from _rank_watch import RankMatch, RankWatch, core_plan, physical_cores
 from _scale_measure import GpuSampler, gpu_state, physical_gpus
 from model_def import HPARAM_DEFAULTS
 
@@ -395,11 +395,17 @@ def detail(side: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in side.items() if k not in DETAIL_DROPS}
 
 
-# How each side's rank processes show in ``/proc/<pid>/cmdline`` (for ``--pin-ranks``): the
-# torchrun workers (not torchrun itself), and the Ray actors of a searchlab data-parallel trial.
-RANK_COMMANDS = {
-    "torchrun": lambda cmd: str(WORKER) in cmd and "torch.distributed.run" not in cmd,
-    "searchlab": lambda cmd: cmd.startswith("ray::TrialWorker"),
+# How each side's rank processes show in ``/proc`` (``RankWatch``): the torchrun workers,
+# started by torchrun, and the Ray actors of a searchlab data-parallel trial, started by raylet.
+RANK_MATCH = {
+    "torchrun": RankMatch(
+        is_rank=lambda cmd: str(WORKER) in cmd and "torch.distributed.run" not in cmd,
+        is_launcher=lambda cmd: "torch.distributed.run" in cmd,
+    ),
+    "searchlab": RankMatch(
+        is_rank=lambda cmd: cmd.startswith("ray::TrialWorker"),
+        is_launcher=lambda cmd: "raylet" in cmd,
+    ),
 }
 
 
@@ -408,11 +414,20 @@ def rank_threads(watch: RankWatch, side: dict[str, Any]) -> list[dict[str, Any]]
     ranks = watch.threads(side["timed_began_unix"], side["timed_ended_unix"])
     per_batch = side["timed_s"] / side["timed_batches"]
     for rank in ranks:
-        if rank:
+        if "cpu_cores" in rank:
             rank["cpu_ms_per_batch"] = rank["cpu_cores"] * per_batch * 1e3
-    if watch.errors:
-        ranks.append({"errors": watch.errors})
     return ranks
+
+
+def pin_plan(args: argparse.Namespace, gpus: int) -> tuple[list[set[int]], set[int]] | None:
+    """``--pin-ranks``' cores for each rank and for the rest; exits 2 where they do not fit."""
+    if not args.pin_ranks:
+        return None
+    try:
+        return core_plan(physical_cores(os.sched_getaffinity(0)), gpus, args.pin_ranks)
+    except ValueError as exc:
+        print(f"data_parallel.py: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run_rounds(
@@ -422,16 +437,12 @@ def run_rounds(
     epoch_images: int,
     tmp: pathlib.Path,
     began: float,
+    plan: tuple[list[set[int]], set[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """``--rounds`` pairs on one Ray: torchrun first in odd rounds, searchlab first in even ones
     (``--order alternate``, the default), so a drift over the run (a GPU warming up, a
     neighbour's load) hits each side as often in first place as in second."""
     nccl_dir = tmp / "nccl-searchlab"
-    plan = (
-        core_plan(physical_cores(os.sched_getaffinity(0)), gpus, args.pin_ranks)
-        if args.pin_ranks
-        else None
-    )
     started = start_ray(gpus, nccl_log_env(nccl_dir))
     sampler = GpuSampler(physical_gpus(gpus), period_ms=250, extra=SMI_EXTRA)
     sampling = torch.cuda.is_available() and sampler.start()
@@ -449,7 +460,7 @@ def run_rounds(
                 # A search's actors give their GPUs back after it returns: wait for them
                 # before any run that follows one (two searches run back to back too).
                 settle = wait_for_ray_resources() if searched else 0.0
-                watch = RankWatch(RANK_COMMANDS[name], plan)
+                watch = RankWatch(RANK_MATCH[name], gpus, plan)
                 if name == "torchrun":
                     print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
                     with watch:
@@ -477,6 +488,8 @@ def run_rounds(
                         flush=True,
                     )
                 side["rank_threads"] = rank_threads(watch, side)
+                if watch.errors:
+                    side["rank_watch_errors"] = watch.errors
                 cpu = [r for r in side["rank_threads"] if r.get("threads")]
                 if cpu:
                     print(
@@ -565,6 +578,7 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
 def run(args: argparse.Namespace) -> dict[str, Any]:
     began = time.time()
     gpus = select_gpus(args)
+    plan = pin_plan(args, gpus)  # before anything slow: a plan that does not fit exits now
     check_same_model()
     data_dir = pathlib.Path(args.data_dir or tempfile.gettempdir())
     root = ensure_fake_cifar(
@@ -584,7 +598,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     most = max(args.warmup + args.calibration, r) + args.max_batches + 1
     epoch_images = most * args.per_gpu_batch * gpus
     with tempfile.TemporaryDirectory(prefix="searchlab-data-parallel-") as tmp:
-        rounds = run_rounds(args, gpus, root, epoch_images, pathlib.Path(tmp), began)
+        rounds = run_rounds(args, gpus, root, epoch_images, pathlib.Path(tmp), began, plan)
     n = rounds[0]["torchrun"]["timed_batches"]
     global_batch = args.per_gpu_batch * gpus
     return {
@@ -717,7 +731,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         metavar="K",
         help="pin each rank's threads to K physical cores of its own and its loader workers to "
-        "the other cores, on both sides alike (benchmarks/_pin_ranks.py; 0: the OS places them)",
+        "the other cores, on both sides alike (benchmarks/_rank_watch.py; 0: the OS places them)",
     )
     parser.add_argument("--no-amp", action="store_true", help="fp32 instead of bf16 autocast")
     parser.add_argument("--n-train", type=int, default=50_000, help="training images")
@@ -731,6 +745,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="CPU (gloo), 2 processes, tiny sizes: checks the script",
     )
     args = parser.parse_args(argv)
+    if args.pin_ranks < 0:
+        parser.error(f"--pin-ranks {args.pin_ranks}: give a number of cores >= 1, or 0 for none")
     if args.rounds is None:
         args.rounds = 1 if args.smoke else 2
     if args.rounds < 1:

@@ -22,8 +22,9 @@ there, each after a warm-up and ``--repeats`` times (medians):
 - with a loader of CIFAR-shaped images (``TrainStep``'s settings: 4 workers, pinned memory,
   persistent workers), once through torch's ``DataLoader`` (``torch_loader_*``) and once
   through searchlab's (``searchlab_loader_*``: the seeded, resumable stream a trial trains
-  on): ``first_batch_s``, from making the loader's iterator (its workers' fork) to the first
-  batch in pinned host memory; ``first_step_s``, that batch's training step; ``batch_s``, a
+  on), each on a freshly built step: ``first_batch_s``, from making the loader's iterator
+  (its workers' fork) to the first batch in pinned host memory; ``first_step_s``, that
+  batch's training step (the optimizer's first, as in a new trial); ``batch_s``, a
   later batch's wait (median of 20, each after a training step); ``close_s``, dropping the
   iterator (its workers' shutdown), what every new or resumed trial pays at its start and end.
 
@@ -33,6 +34,7 @@ Writes ``benchmarks/results/handover_parts.json`` and prints the medians.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import pathlib
 import statistics
@@ -125,7 +127,7 @@ def loader_parts(step: TrainStep, kind: str) -> dict[str, float]:
     batches = start()
     batch = next(batches)
     out["first_batch_s"] = time.perf_counter() - began
-    out["first_step_s"], _ = _timed(device, lambda: _step_on(step, batch))
+    out["first_step_s"], _ = _timed(device, functools.partial(_step_on, step, batch))
     waits = []
     for _ in range(20):
         began = time.perf_counter()
@@ -138,7 +140,7 @@ def loader_parts(step: TrainStep, kind: str) -> dict[str, float]:
     close = getattr(batches, "close", None)
     if callable(close):
         close()
-    batches = batch = None  # the iterator's last reference: its workers end here
+    del batches, batch  # the iterator's last reference: its workers end here
     out["close_s"] = time.perf_counter() - began
     return {f"{kind}_loader_{k}": v for k, v in out.items()}
 
@@ -183,9 +185,8 @@ def one_round(hp: dict[str, Any], device: torch.device, batches: int, tmp: pathl
 
         out[f"rebuild_first_batch_{kind}_s"], step = _timed(device, rebuild)
         _train(step, batches)
-    loading = TrainStep({**hp, "data": "loader"}, device, seed=2)
-    for kind in ("torch", "searchlab"):
-        out.update(loader_parts(loading, kind))
+    for kind in ("torch", "searchlab"):  # each on a fresh step, as a new trial starts
+        out.update(loader_parts(TrainStep({**hp, "data": "loader"}, device, seed=2), kind))
     return out
 
 

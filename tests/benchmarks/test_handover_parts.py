@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import time
 
 import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "asha_model"))
 
+import handover_parts
 from asha_def import TrainStep
-from handover_parts import loader_parts
 
 
 def _children() -> set[int]:
@@ -25,14 +26,25 @@ def _children() -> set[int]:
 
 
 @pytest.mark.parametrize("kind", ["torch", "searchlab"])
-def test_a_loaders_pieces_are_timed_and_its_workers_end_with_it(kind: str) -> None:
+def test_a_loaders_pieces_are_timed_and_its_workers_end_inside_the_timed_close(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hp = {"model": "tiny", "batch": 8, "lr": 0.01, "data": "loader", "num_workers": 2}
     step = TrainStep({**hp, "n_train": 256}, torch.device("cpu"), seed=0)
     before = _children()
-    got = loader_parts(step, kind)
+    alive_at: list[set[int]] = []  # the loader's workers alive at each clock reading
+    clock = time.perf_counter
+
+    def perf_counter() -> float:
+        alive_at.append(_children() - before)
+        return clock()
+
+    monkeypatch.setattr(handover_parts.time, "perf_counter", perf_counter)
+    got = handover_parts.loader_parts(step, kind)
     assert set(got) == {
         f"{kind}_loader_{part}" for part in ("first_batch_s", "first_step_s", "batch_s", "close_s")
     }
     assert all(seconds > 0 for seconds in got.values())
-    # The close timed the workers' end: none of them outlives it.
-    assert _children() <= before
+    # Workers ran while the batches were timed, and none was left at the close's last reading.
+    assert any(alive_at[:-1])
+    assert alive_at[-1] == set()

@@ -1,4 +1,5 @@
-"""``benchmarks/_rank_watch.py``: the core plan, the pinning and the CPU sampling of ranks."""
+"""``benchmarks/_rank_watch.py``: the core plan, which processes are ranks, their pinning and
+the CPU sampling of their threads."""
 
 from __future__ import annotations
 
@@ -10,21 +11,30 @@ import sys
 import time
 
 import pytest
-from _rank_watch import RankWatch, _processes, classify, core_plan, physical_cores, thread_shares
+from _rank_watch import (
+    CLOCK_TICKS,
+    RankMatch,
+    RankWatch,
+    _processes,
+    classify,
+    core_plan,
+    physical_cores,
+    thread_shares,
+    thread_times,
+)
 
 
-def _topology(root: pathlib.Path, cpus: dict[int, tuple[int, int]]) -> pathlib.Path:
-    for cpu, (package, core) in cpus.items():
+def _topology(root: pathlib.Path, siblings: dict[int, str]) -> pathlib.Path:
+    for cpu, listed in siblings.items():
         folder = root / f"cpu{cpu}" / "topology"
         folder.mkdir(parents=True)
-        (folder / "physical_package_id").write_text(f"{package}\n")
-        (folder / "core_id").write_text(f"{core}\n")
+        (folder / "core_cpus_list").write_text(f"{listed}\n")
     return root
 
 
 def test_hardware_threads_of_one_core_group_together(tmp_path: pathlib.Path) -> None:
     # 4 cores with 2 threads each, numbered as Linux does: siblings n and n+4.
-    sys_cpu = _topology(tmp_path, {cpu: (0, cpu % 4) for cpu in range(8)})
+    sys_cpu = _topology(tmp_path, {cpu: f"{cpu % 4},{cpu % 4 + 4}" for cpu in range(8)})
     assert physical_cores(range(8), sys_cpu) == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
@@ -41,96 +51,160 @@ def test_each_rank_gets_whole_cores_and_the_rest_go_to_the_loaders() -> None:
     assert own == [{2, 3, 6, 7}] and rest == {0, 1, 4, 5}
 
 
-def test_a_plan_leaving_no_core_for_the_loaders_is_refused() -> None:
-    with pytest.raises(ValueError, match="need 5 cores"):
+def test_a_plan_leaving_no_core_for_the_loaders_is_refused_naming_the_option() -> None:
+    with pytest.raises(ValueError, match=r"--pin-ranks 2: .*need 5 cores.*has 4"):
         core_plan([[0], [1], [2], [3]], ranks=2, per_rank=2)
 
 
-def test_ranks_are_the_matching_processes_whose_parent_does_not_match() -> None:
+_MATCH = RankMatch(
+    is_rank=lambda cmd: "x.py" in cmd and "distributed.run" not in cmd,
+    is_launcher=lambda cmd: "distributed.run" in cmd,
+)
+
+
+def test_ranks_are_matching_processes_that_the_launcher_started() -> None:
     procs = {
         10: (1, "python -m torch.distributed.run x.py"),
         11: (10, "python x.py --rank"),
         12: (10, "python x.py --rank"),
         20: (11, "python x.py --rank"),  # rank 11's loader worker (forked: same command)
         21: (12, "python x.py --rank"),
-        30: (1, "bash"),
+        30: (1, "python profile.py x.py"),  # a profiler naming the script: not a rank
+        31: (1, "python x.py --rank"),  # an orphaned loader worker of an ended run
+        40: (1, "bash"),
     }
-    ranks, workers = classify(procs, lambda cmd: "x.py" in cmd and "distributed.run" not in cmd)
-    assert ranks == [11, 12]
-    assert workers == [20, 21]
+    assert classify(procs, _MATCH) == ([11, 12], [20, 21])
 
 
 def test_the_watching_process_is_never_a_rank() -> None:
     # Call 6B's first pinned run pinned a sampler whose command line named the ranks' script.
-    procs = {os.getpid(): (1, "python watch.py x.py"), 11: (10, "python x.py")}
-    assert classify(procs, lambda cmd: "x.py" in cmd) == ([11], [])
+    procs = {
+        10: (1, "python -m torch.distributed.run x.py"),
+        os.getpid(): (10, "python watch.py x.py"),
+        11: (10, "python x.py"),
+    }
+    assert classify(procs, _MATCH) == ([11], [])
 
 
-def test_thread_shares_are_cpu_seconds_over_the_window_between_the_nearest_samples() -> None:
+def test_thread_times_read_the_14th_and_15th_fields_past_a_name_with_parentheses(
+    tmp_path: pathlib.Path,
+) -> None:
+    task = tmp_path / "7" / "task" / "8"
+    task.mkdir(parents=True)
+    fields = ["S", *[str(i) for i in range(4, 14)], "300", "200", *["0"] * 30]  # utime, stime
+    (task / "stat").write_text(f"8 (odd ) (name) {' '.join(fields)}\n")
+    (tmp_path / "7" / "task" / "9").mkdir()  # a thread that ended while being read
+    assert thread_times(7, tmp_path) == {8: ("odd ) (name", 500 / CLOCK_TICKS)}
+
+
+def test_thread_shares_count_the_window_between_the_nearest_samples() -> None:
     samples = [
-        (99.0, {1: ("main", 5.0), 2: ("pin", 1.0)}),
-        (100.1, {1: ("main", 5.1), 2: ("pin", 1.0)}),
-        (105.0, {1: ("main", 8.0), 2: ("pin", 1.2), 3: ("late", 0.5)}),
+        (99.0, {1: ("main", 5.0), 2: ("pin", 1.0), 4: ("short", 0.0)}),
+        (100.1, {1: ("main", 5.1), 2: ("pin", 1.0), 4: ("short", 0.1)}),
+        (105.0, {1: ("main", 8.0), 2: ("pin", 1.2), 3: ("late", 0.5), 4: ("short", 0.6)}),
         (110.1, {1: ("main", 11.06), 2: ("pin", 1.4), 3: ("late", 0.9)}),
         (120.0, {1: ("main", 99.0), 2: ("pin", 9.0)}),
     ]
     got = thread_shares(samples, began=100.0, ended=110.0)
     assert got["seconds"] == pytest.approx(10.0)
-    # "late" started inside the window: it has no first sample and is left out.
-    assert got["threads"] == [["main", pytest.approx(0.596)], ["pin", pytest.approx(0.04)]]
-    assert got["cpu_cores"] == pytest.approx(0.636)
+    # "late" started inside the window: all of its 0.9 s count; "short" ended inside it: it
+    # counts to its last sample (0.6 - 0.1 s).
+    assert got["threads"] == [
+        ["main", pytest.approx(0.596)],
+        ["late", pytest.approx(0.09)],
+        ["short", pytest.approx(0.05)],
+        ["pin", pytest.approx(0.04)],
+    ]
+    assert got["cpu_cores"] == pytest.approx(0.776)
     assert thread_shares(samples[:1], began=100.0, ended=110.0) == {}
 
 
-_SPIN = "import os, sys, time\nif os.fork() == 0:\n    time.sleep(30)\nelse:\n    end = time.time() + 30\n    while time.time() < end:\n        pass"
+def _process_cpu(pid: int) -> float:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+# A "launcher" starts a "rank" that forks a sleeping "loader worker" (same command line)
+# and then spins.
+_LAUNCHER = """
+import subprocess, sys
+subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+"""
+_RANK = """
+import os, time
+if os.fork() == 0:
+    time.sleep(30)
+else:
+    end = time.time() + 30
+    while time.time() < end:
+        pass
+"""
+
+
+def _tagged(tag: str) -> RankMatch:
+    return RankMatch(
+        is_rank=lambda cmd: tag in cmd and "launch" not in cmd,
+        is_launcher=lambda cmd: tag in cmd and "launch" in cmd,
+    )
+
+
+def _kill(tag: str) -> None:
+    for pid, (_, cmd) in _processes().items():
+        if tag in cmd:
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
-def test_the_watch_pins_a_rank_and_its_child_and_samples_the_rank_threads() -> None:
+def test_the_watch_pins_a_rank_and_its_child_and_samples_the_ranks_cpu() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs 2 CPUs")
     tag = f"rank-watch-test-{os.getpid()}"
-    # A "rank" that spins after forking a sleeping "loader worker" (same command line).
-    rank = subprocess.Popen([sys.executable, "-c", _SPIN, tag])
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, _RANK, tag, f"{tag}-launch"])
     try:
         plan = ([{cpus[0]}], set(cpus[1:]))
-        began = time.time()
-        with RankWatch(lambda cmd: tag in cmd, plan, period_s=0.05) as watch:
+        with RankWatch(_tagged(tag), ranks=1, plan=plan, period_s=0.05) as watch:
             deadline = time.time() + 10
             while time.time() < deadline and not (
                 watch.pinning and watch.pinning["ranks"] and watch.pinning["loader_workers"]
             ):
                 time.sleep(0.05)
-            time.sleep(1.0)
-        ended = time.time()
+            (rank,) = [int(pid) for pid in watch.pinning["ranks"]] if watch.pinning else [0]
+            began, cpu_began = time.time(), _process_cpu(rank)
+            time.sleep(1.5)
+            ended, cpu_ended = time.time(), _process_cpu(rank)
+            time.sleep(0.2)
         assert watch.errors == []
-        assert watch.pinning == {"ranks": {str(rank.pid): [cpus[0]]}, "loader_workers": 1}
-        assert os.sched_getaffinity(rank.pid) == {cpus[0]}
-        (child,) = [pid for pid, (parent, _) in _processes().items() if parent == rank.pid]
+        assert watch.pinning == {"ranks": {str(rank): [cpus[0]]}, "loader_workers": 1}
+        assert os.sched_getaffinity(rank) == {cpus[0]}
+        (child,) = [pid for pid, (parent, _) in _processes().items() if parent == rank]
         assert os.sched_getaffinity(child) == set(cpus[1:])
         (shares,) = watch.threads(began, ended)
-        assert shares["cpu_cores"] > 0.3  # the spinning main thread, on its own CPU
-        assert shares["threads"][0][1] > 0.3
+        assert shares["pid"] == rank
+        # The process's own CPU time over the same window, however loaded this machine is.
+        used = (cpu_ended - cpu_began) / (ended - began)
+        assert used > 0.05
+        assert shares["cpu_cores"] == pytest.approx(used, rel=0.25)
     finally:
-        for pid, (_, cmd) in _processes().items():
-            if tag in cmd:
-                os.kill(pid, signal.SIGKILL)
-        rank.wait(timeout=10)
+        _kill(tag)
+        launcher.wait(timeout=10)
 
 
-def test_without_a_plan_the_watch_only_samples() -> None:
+def test_without_a_plan_the_watch_only_samples_and_says_when_ranks_are_missing() -> None:
     tag = f"rank-watch-sample-{os.getpid()}"
-    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", tag])
+    sleeper = "import time; time.sleep(30)"
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, sleeper, tag, f"{tag}-launch"])
     try:
-        before = os.sched_getaffinity(rank.pid)
-        with RankWatch(lambda cmd: tag in cmd, period_s=0.05) as watch:
+        with RankWatch(_tagged(tag), ranks=2, period_s=0.05) as watch:
             deadline = time.time() + 10
-            while time.time() < deadline and len(watch.samples.get(rank.pid, [])) < 3:
+            while time.time() < deadline and sum(map(len, watch.samples.values())) < 3:
                 time.sleep(0.05)
-        assert watch.pinning is None and watch.errors == []
-        assert len(watch.samples[rank.pid]) >= 3
-        assert os.sched_getaffinity(rank.pid) == before
+        (rank,) = watch.samples
+        assert len(watch.samples[rank]) >= 3
+        assert watch.pinning is None
+        assert os.sched_getaffinity(rank) == os.sched_getaffinity(0)  # left where it was
+        assert watch.errors == ["saw 1 rank processes, expected 2"]
     finally:
-        rank.kill()
-        rank.wait(timeout=10)
+        _kill(tag)
+        launcher.wait(timeout=10)
