@@ -110,7 +110,7 @@ def _processes(proc: pathlib.Path = PROC) -> dict[int, tuple[int, str]]:
     return found
 
 
-def _children(pids: Iterable[int], proc: pathlib.Path = PROC) -> set[int]:
+def child_processes(pids: Iterable[int], proc: pathlib.Path = PROC) -> set[int]:
     """The child processes of ``pids`` (from each thread's ``children`` list)."""
     found: set[int] = set()
     for pid in pids:
@@ -270,7 +270,7 @@ class RankWatch:
                                 continue
                             self._slot[pid] = len(self._slot)
                 else:
-                    children = sorted(_children(self._slot))
+                    children = sorted(child_processes(self._slot))
                 for pid, slot in self._slot.items():
                     if self.pinning is not None and _pin(pid, self._own[slot]):
                         self.pinning["ranks"][str(pid)] = sorted(self._own[slot])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 import time
@@ -12,17 +13,13 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "asha_model"))
 
 import handover_parts
+from _rank_watch import child_processes
 from asha_def import TrainStep
 
 
 def _children() -> set[int]:
     """This process's child processes (a loader's workers while they live)."""
-    found = set()
-    for task in pathlib.Path("/proc/self/task").iterdir():
-        children = task / "children"
-        if children.is_file():
-            found.update(int(pid) for pid in children.read_text().split())
-    return found
+    return child_processes([os.getpid()])
 
 
 @pytest.mark.parametrize("kind", ["torch", "searchlab"])
