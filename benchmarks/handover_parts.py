@@ -70,10 +70,7 @@ def _timed(device: torch.device, fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def _train(step: TrainStep, batches: int) -> None:
     for _ in range(batches):
-        loss = step.loss(*step.resident)
-        step.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        step.opt.step()
+        step.train_step(None)  # a resident batch: the step reads it on the device
 
 
 def pinned_copy(obj: Any) -> Any:
@@ -95,13 +92,6 @@ def pinned_copy(obj: Any) -> Any:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     return out
-
-
-def _step_on(step: TrainStep, batch: Any) -> None:
-    loss = step.loss(*step.inputs(batch))
-    step.opt.zero_grad(set_to_none=True)
-    loss.backward()
-    step.opt.step()
 
 
 def loader_parts(step: TrainStep, kind: str) -> dict[str, float]:
@@ -127,13 +117,13 @@ def loader_parts(step: TrainStep, kind: str) -> dict[str, float]:
     batches = start()
     batch = next(batches)
     out["first_batch_s"] = time.perf_counter() - began
-    out["first_step_s"], _ = _timed(device, functools.partial(_step_on, step, batch))
+    out["first_step_s"], _ = _timed(device, functools.partial(step.train_step, batch))
     waits = []
     for _ in range(20):
         began = time.perf_counter()
         batch = next(batches)
         waits.append(time.perf_counter() - began)
-        _step_on(step, batch)
+        step.train_step(batch)
     out["batch_s"] = statistics.median(waits)
     _sync(device)
     began = time.perf_counter()

@@ -191,6 +191,14 @@ class TrainStep:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             return nn.functional.cross_entropy((model or self.forward_model)(x), y)
 
+    def train_step(self, batch: Any) -> torch.Tensor:
+        """One optimizer step of the hand-written loop on ``batch``; its loss (detached)."""
+        loss = self.loss(*self.inputs(batch))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
     def train_window(self, batches: Iterator[Any], window: Window, n: int) -> float:
         """Train ``n`` batches from ``batches`` (Ray's sides; searchlab's trial steps one at a
         time); the window's mean loss."""
@@ -198,11 +206,7 @@ class TrainStep:
         for _ in range(n):
             batch = next(batches)
             window.batch_started()
-            loss = self.loss(*self.inputs(batch))
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            losses.append(loss.detach())
+            losses.append(self.train_step(batch))
         return float(torch.stack(losses).float().mean())
 
     @torch.no_grad()
@@ -222,10 +226,7 @@ def train_rate(step: TrainStep, batches: Iterator[Any], n: int) -> float:
         torch.cuda.synchronize()
     began = time.perf_counter()
     for _ in range(n):
-        loss = step.loss(*step.inputs(next(batches)))
-        step.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        step.opt.step()
+        step.train_step(next(batches))
     if cuda:
         torch.cuda.synchronize()
     return n / (time.perf_counter() - began)
