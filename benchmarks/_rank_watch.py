@@ -240,13 +240,19 @@ class RankWatch:
         if len(self._slot) != self._ranks:
             self._error(f"saw {len(self._slot)} rank processes, expected {self._ranks}")
 
+    def pids(self) -> list[int]:
+        """The rank processes seen so far, in the order they appeared (callable from any
+        thread: the copy is made in one step)."""
+        slots = dict(self._slot)
+        return sorted(slots, key=slots.__getitem__)
+
     def threads(self, began: float, ended: float) -> list[dict[str, Any]]:
         """Each rank's ``thread_shares`` over ``began..ended`` (Unix times) with its pid, in
         the order the ranks appeared (not their rank numbers: Ray starts its actors in any
         order; the ``pt_autograd_N`` thread names the rank's device)."""
         return [
             {"pid": pid, **thread_shares(self.samples.get(pid, []), began, ended)}
-            for pid in sorted(self._slot, key=self._slot.__getitem__)
+            for pid in self.pids()
         ]
 
     def _error(self, message: str) -> None:

@@ -82,6 +82,7 @@ from typing import Any
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import environment
+from _host_watch import HostWatch
 from _rank_watch import RankMatch, RankWatch, core_plan, physical_cores
 from _scale_measure import GpuSampler, gpu_state, physical_gpus
 from model_def import HPARAM_DEFAULTS
@@ -419,6 +420,19 @@ def rank_threads(watch: RankWatch, side: dict[str, Any]) -> list[dict[str, Any]]
     return ranks
 
 
+def host_line(host: dict[str, Any]) -> str:
+    """One line of ``HostWatch.summary``: busy and stolen cores, who used them, the clock."""
+    if not host:
+        return "no samples"
+    who = {**host["groups"], **dict(host["top_others"][:4])}
+    clock = host.get("mhz_busy_weighted")
+    return (
+        f"{host['busy_cores']:.2f} of {host['cpus']} cores busy, {host['steal_cores']:.2f} stolen; "
+        + ", ".join(f"{name} {cores:.2f}" for name, cores in who.items())
+        + (f"; busy CPUs at {clock:.0f} MHz" if clock else "")
+    )
+
+
 def pin_plan(args: argparse.Namespace, gpus: int) -> tuple[list[set[int]], set[int]] | None:
     """``--pin-ranks``' cores for each rank and for the rest; exits 2 where they do not fit."""
     if not args.pin_ranks:
@@ -461,9 +475,10 @@ def run_rounds(
                 # before any run that follows one (two searches run back to back too).
                 settle = wait_for_ray_resources() if searched else 0.0
                 watch = RankWatch(RANK_MATCH[name], gpus, plan)
+                host = HostWatch(focus=watch.pids)
                 if name == "torchrun":
                     print(f"{tag}: torchrun: DDP on {gpus} {what} ...", flush=True)
-                    with watch:
+                    with host, watch:
                         side = run_torchrun(args, gpus, root, epoch_images, tmp, i, n)
                     if not n:
                         n = int(side["timed_batches"])
@@ -476,7 +491,7 @@ def run_rounds(
                 else:
                     total = args.report_every + n
                     print(f"{tag}: searchlab: {gpus}-worker trial, {total} batches ...")
-                    with watch:
+                    with host, watch:
                         side = run_searchlab(args, gpus, root, epoch_images, n, tmp, i, nccl_dir)
                     searched = True
                     print(
@@ -500,6 +515,12 @@ def run_rounds(
                         ),
                         flush=True,
                     )
+                side["host"] = host.summary(
+                    side["timed_began_unix"],
+                    side["timed_ended_unix"],
+                    [r["pid"] for r in side["rank_threads"]],
+                )
+                print(f"{tag}: {name}: host over the timed window: {host_line(side['host'])}")
                 if watch.pinning is not None:
                     side["pinning"] = watch.pinning
                 if side["timed_batches"] != n:
@@ -537,6 +558,10 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
     def windows(name: str) -> float:
         return statistics.median(w for s in side(name) for w in s["window_samples_per_s"])
 
+    def host_busy(name: str) -> float | None:
+        busy = [s["host"]["busy_cores"] for s in side(name) if s.get("host")]
+        return statistics.median(busy) if busy else None
+
     def cpu_per_batch(name: str) -> float | None:
         """Median over rounds of the ranks' mean CPU milliseconds per batch."""
         means = []
@@ -562,6 +587,8 @@ def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dic
         "window_median_ratio": windows("searchlab") / windows("torchrun"),
         # The host work a batch takes in a rank, all its threads together (RankWatch).
         "rank_cpu_ms_per_batch": {name: cpu_per_batch(name) for name in ("torchrun", "searchlab")},
+        # Busy cores of the whole host over the timed windows (HostWatch), medians.
+        "host_busy_cores": {name: host_busy(name) for name in ("torchrun", "searchlab")},
         "rounds": len(rounds),
         "target": TARGET,
         "meets_target": ratio >= TARGET,
