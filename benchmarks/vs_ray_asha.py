@@ -644,6 +644,11 @@ def main() -> None:
             # leaves it off). Both sides then run with it.
             init["include_dashboard"] = True
         ray.init(runtime_env={"working_dir": str(MODEL_DIR)}, **init)
+        # Ray's side imported ray.tune at the top of this file; searchlab's driver modules
+        # load on the first ``searchlab.run`` (the package stays light for the workers).
+        # Both sides' libraries are imported before any clock starts.
+        from searchlab.experiment import _runner  # noqa: F401
+
         try:
             for name in args.workloads.split(","):
                 for data in args.data.split(","):
