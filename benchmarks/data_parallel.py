@@ -65,86 +65,41 @@ and ``searchlab`` (the first round's runs, with their window rates) and ``rounds
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime
 import json
 import math
 import os
 import pathlib
-import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
 import torch
-from _cifar import MODEL_DIR, ensure_fake_cifar  # also puts resnet_model/ on sys.path
-from _common import environment
+from _cifar import ensure_fake_cifar  # also puts resnet_model/ on sys.path
+from _dp_report import detail, host_line, machine, print_table, summarise, window_stats
+from _dp_sides import (
+    RANK_MATCH,
+    check_same_model,
+    nccl_log_env,
+    rank_threads,
+    run_searchlab,
+    run_torchrun,
+    start_ray,
+    wait_for_ray_resources,
+)
 from _host_watch import HostWatch
-from _rank_watch import RankMatch, RankWatch, core_plan, physical_cores
+from _rank_watch import RankWatch, core_plan, physical_cores
 from _scale_measure import GpuSampler, gpu_state, physical_gpus
 from model_def import HPARAM_DEFAULTS
 
-import searchlab
-from searchlab._ray_env import ray_environment, ray_init_kwargs
-
 HERE = pathlib.Path(__file__).resolve().parent
-WORKER = HERE / "_ddp_torchrun.py"
 RESULTS = HERE / "results"  # data_parallel_<G>gpu.json
-TARGET = 0.95
 # Beside _scale_measure's fields: is a side's GPU clocked down (heat, power cap) in its window?
 SMI_EXTRA = ("clocks.sm", "temperature.gpu", "power.draw")
 # The torchrun run's epoch must hold every batch it may train before N is known: N is capped
 # at this rate times --seconds (far above what ResNet-18 at 256 per GPU reaches).
 MAX_BATCHES_PER_S = 150
-
-
-def check_same_model() -> None:
-    """The torchrun worker's model (no searchlab there) is model_def's, weight for weight."""
-    from _ddp_torchrun import make_model as ddp_model
-    from model_def import make_model as trial_model
-
-    torch.manual_seed(0)
-    ours = trial_model(True).state_dict()
-    torch.manual_seed(0)
-    theirs = ddp_model(True).state_dict()
-    same = ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    if not same:
-        raise RuntimeError(f"{WORKER.name}:make_model differs from model_def.make_model")
-
-
-def nccl_log_env(folder: pathlib.Path) -> dict[str, str]:
-    """Send NCCL's set-up log to files in ``folder`` (only on GPU, unless NCCL_DEBUG is set)."""
-    if not torch.cuda.is_available() or "NCCL_DEBUG" in os.environ:
-        return {}
-    folder.mkdir(parents=True, exist_ok=True)
-    return {
-        "NCCL_DEBUG": "INFO",
-        "NCCL_DEBUG_SUBSYS": "INIT",
-        "NCCL_DEBUG_FILE": str(folder / "nccl.%h.%p.log"),
-    }
-
-
-def nccl_logs(folder: pathlib.Path) -> set[pathlib.Path]:
-    return set(folder.glob("nccl.*.log"))
-
-
-def nccl_transports(
-    folder: pathlib.Path, skip: set[pathlib.Path] | None = None
-) -> dict[str, int] | None:
-    """How many NCCL channels of the ranks use each transport ("P2P/CUMEM", "SHM/...").
-
-    ``skip``: logs of earlier runs in the same folder (each process writes its own file).
-    """
-    counts: collections.Counter[str] = collections.Counter()
-    for log in sorted(nccl_logs(folder) - (skip or set())):
-        for line in log.read_text(errors="replace").splitlines():
-            found = re.search(r"Channel .* via (\S+)", line)
-            if found:
-                counts[found.group(1)] += 1
-    return dict(counts) or None
 
 
 def select_gpus(args: argparse.Namespace) -> int:
@@ -165,272 +120,6 @@ def select_gpus(args: argparse.Namespace) -> int:
         ids = visible.split(",") if visible else [str(i) for i in range(count)]
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids[:gpus])
     return gpus
-
-
-def run_torchrun(
-    args: argparse.Namespace,
-    gpus: int,
-    root: pathlib.Path,
-    epoch_images: int,
-    tmp: pathlib.Path,
-    round_no: int,
-    batches: int,
-) -> dict[str, Any]:
-    """One torchrun run; ``batches``: the timed N (0: rank 0 picks it from --seconds)."""
-    out = tmp / f"torchrun-{round_no}.json"
-    nccl_dir = tmp / f"nccl-torchrun-{round_no}"
-    hp = HPARAM_DEFAULTS
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={gpus}",
-        str(WORKER),
-        f"--data-root={root}",
-        f"--epoch-images={epoch_images}",
-        f"--out={out}",
-        f"--per-gpu-batch={args.per_gpu_batch}",
-        f"--num-workers={args.num_workers}",
-        f"--lr={hp['lr']}",
-        f"--momentum={hp['momentum']}",
-        f"--weight-decay={hp['weight_decay']}",
-        f"--warmup={args.warmup}",
-        f"--calibration={args.calibration}",
-        f"--seconds={args.seconds}",
-        f"--batches={batches}",
-        f"--round-to={args.report_every}",
-        f"--max-batches={args.max_batches}",
-        *(["--no-amp"] if args.no_amp else []),
-    ]
-    # torchrun's own default for several processes per node, stated so it prints no warning.
-    # The rest of the environment (NCCL settings included) reaches every rank as it is.
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.update(nccl_log_env(nccl_dir))
-    began = time.time()
-    proc = subprocess.run(
-        cmd,
-        env=env,
-        cwd=HERE.parent,
-        capture_output=not args.verbose,
-        text=True,
-        timeout=300 + 4 * args.seconds,
-        check=False,
-    )
-    wall = time.time() - began
-    if proc.returncode != 0 or not out.is_file():
-        if proc.stdout or proc.stderr:
-            print("\n".join(((proc.stdout or "") + (proc.stderr or "")).splitlines()[-60:]))
-        raise RuntimeError(f"torchrun exited with {proc.returncode}: {' '.join(cmd)}")
-    result = json.loads(out.read_text())
-    result["launch_wall_s"] = wall
-    result["nccl_transports"] = nccl_transports(nccl_dir)
-    return result
-
-
-def searchlab_config(
-    args: argparse.Namespace, gpus: int, root: pathlib.Path, epoch_images: int, total: int
-) -> dict[str, Any]:
-    return {
-        "name": "data-parallel",
-        "entrypoint": "model_def:CifarResNetTrial",
-        "hyperparameters": {
-            "global_batch_size": args.per_gpu_batch * gpus,
-            "num_workers": args.num_workers,
-            "amp": not args.no_amp,
-        },
-        "searcher": {
-            "name": "single",
-            "metric": "validation_loss",
-            "max_length": {"batches": total},
-        },
-        "resources": {"slots_per_trial": gpus, "cpus_per_trial": args.cpus_per_worker},
-        "scheduling_unit": args.report_every,
-        "checkpoint_policy": "none",
-        "max_restarts": 0,
-        "reproducibility": {"experiment_seed": 0},
-        "data": {
-            "root": str(root),
-            "n_train": args.n_train,
-            "n_test": args.n_test,
-            "epoch_images": epoch_images,
-        },
-    }
-
-
-def start_ray(gpus: int, nccl_env: dict[str, str]) -> bool:
-    """Start Ray here (once for every searchlab run), as ``searchlab._ray_env.connect_ray`` would.
-
-    Ray gets ``num_gpus`` = ``gpus`` (0 without CUDA): the first of the GPUs that
-    ``CUDA_VISIBLE_DEVICES`` shows, which ``select_gpus`` narrowed to ``--gpus``. Its worker
-    processes inherit this process's environment at this moment, so ``nccl_env`` is set only
-    around ``ray.init`` (the torchrun runs get their own). With ``RAY_ADDRESS`` set, joins that
-    cluster instead (which counts its own resources). Returns False when Ray was up already.
-    """
-    ray_environment().__enter__()  # the benchmark's whole life is one run: never restored
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = os.environ.get("RAY_ADDRESS") or None
-    kwargs = ray_init_kwargs()
-    if address is None:
-        kwargs["num_gpus"] = gpus if torch.cuda.is_available() else 0
-    with environment(nccl_env):
-        ray.init(address=address, **kwargs)
-    return True
-
-
-def wait_for_ray_resources(timeout_s: float = 60.0) -> float:
-    """Wait until the last search's actors gave back their CPUs and GPUs; returns the wait."""
-    import ray
-
-    began = time.time()
-    total = ray.cluster_resources()
-    while time.time() - began < timeout_s:
-        free = ray.available_resources()
-        if all(free.get(k, 0.0) >= total[k] - 1e-6 for k in ("CPU", "GPU") if k in total):
-            break
-        time.sleep(0.5)
-    return time.time() - began
-
-
-def run_searchlab(
-    args: argparse.Namespace,
-    gpus: int,
-    root: pathlib.Path,
-    epoch_images: int,
-    timed_batches: int,
-    tmp: pathlib.Path,
-    round_no: int,
-    nccl_dir: pathlib.Path,
-) -> dict[str, Any]:
-    """One search on the Ray that ``start_ray`` started (searchlab.run leaves it running)."""
-    total = args.report_every + timed_batches
-    global_batch = args.per_gpu_batch * gpus
-    lines: list[str] = []
-    echo = print if args.verbose else lines.append
-    earlier_logs = nccl_logs(nccl_dir)  # the workers of every search log into one folder
-    began = time.time()
-    try:
-        results = searchlab.run(
-            searchlab_config(args, gpus, root, epoch_images, total),
-            model_dir=MODEL_DIR,
-            storage_path=tmp / "search",
-            name=f"data-parallel-{round_no}",
-            echo=echo,
-        )
-    except Exception:
-        print("\n".join(lines[-40:]))
-        raise
-    wall = time.time() - began
-    states = results.trials["state"].tolist()
-    if states != ["COMPLETED"]:
-        print("\n".join(lines[-40:]))
-        raise RuntimeError(f"expected one completed trial, got states {states}")
-    training = results.metrics[results.metrics["group"] == "training"].sort_values("batches")
-    times = training["wall_time"].to_numpy(dtype=float)
-    done = training["batches"].to_numpy(dtype=float)
-    expected = list(range(args.report_every, total + 1, args.report_every))
-    if done.tolist() != expected or len(done) < 3:
-        raise RuntimeError(f"training reports at batches {done.tolist()}, expected {expected}")
-    # The clock starts at the first report: its window (batches 1..report_every) is warm-up.
-    kept_losses = training["loss"].to_numpy(dtype=float)[1:]
-    # Waits between a report and the next window's first batch, inside the timed windows.
-    gaps = training["report_gap_s"].to_numpy(dtype=float)[1:]
-    return {
-        "report_gap_s": {
-            "median": float(statistics.median(gaps)),
-            "max": float(gaps.max()),
-            "share_of_timed": float(gaps.sum() / (times[-1] - times[0])),
-        },
-        "samples_per_s": float((done[-1] - done[0]) * global_batch / (times[-1] - times[0])),
-        "timed_batches": int(done[-1] - done[0]),
-        "timed_s": float(times[-1] - times[0]),
-        "timed_began_unix": float(times[0]),
-        "timed_ended_unix": float(times[-1]),
-        "window_batches": args.report_every,
-        "window_samples_per_s": [
-            float((b1 - b0) * global_batch / (t1 - t0))
-            for t0, t1, b0, b1 in zip(times, times[1:], done, done[1:])
-        ],
-        "loss_mean": float(kept_losses.mean()),
-        "world_size": gpus,
-        "per_gpu_batch": args.per_gpu_batch,
-        "global_batch": global_batch,
-        "batches_trained": total,
-        "reports": len(training),
-        "epoch_images": epoch_images,
-        "cpus_per_worker": args.cpus_per_worker,
-        "experiment_wall_s": wall,
-        "nccl_transports": nccl_transports(nccl_dir, skip=earlier_logs),
-    }
-
-
-def machine(gpus: int) -> dict[str, Any]:
-    import ray
-    from trainer_parity import machine_info
-
-    cuda = torch.cuda.is_available()
-    info = {**machine_info(), "ray": ray.__version__, "processes_per_side": gpus}
-    info.update(gpus_used=gpus if cuda else 0, gpu_names=[])
-    if cuda:
-        info["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(gpus)]
-        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-    cores = physical_cores(os.sched_getaffinity(0))
-    info.update(physical_cores=len(cores), threads_per_core=max(map(len, cores)))
-    return info
-
-
-def window_stats(rates: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates)}
-
-
-# Left out of ``rounds_detail`` (the first round's are in the top-level entries): long lists,
-# or the same every round.
-DETAIL_DROPS = ("window_samples_per_s", "ranks")
-
-
-def detail(side: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in side.items() if k not in DETAIL_DROPS}
-
-
-# How each side's rank processes show in ``/proc`` (``RankWatch``): the torchrun workers,
-# started by torchrun, and the Ray actors of a searchlab data-parallel trial, started by raylet.
-RANK_MATCH = {
-    "torchrun": RankMatch(
-        is_rank=lambda cmd: str(WORKER) in cmd and "torch.distributed.run" not in cmd,
-        is_launcher=lambda cmd: "torch.distributed.run" in cmd,
-    ),
-    "searchlab": RankMatch(
-        is_rank=lambda cmd: cmd.startswith("ray::TrialWorker"),
-        is_launcher=lambda cmd: "raylet" in cmd,
-    ),
-}
-
-
-def rank_threads(watch: RankWatch, side: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each rank's threads' CPU over the side's timed window, and its CPU time per batch."""
-    ranks = watch.threads(side["timed_began_unix"], side["timed_ended_unix"])
-    per_batch = side["timed_s"] / side["timed_batches"]
-    for rank in ranks:
-        if "cpu_cores" in rank:
-            rank["cpu_ms_per_batch"] = rank["cpu_cores"] * per_batch * 1e3
-    return ranks
-
-
-def host_line(host: dict[str, Any]) -> str:
-    """One line of ``HostWatch.summary``: busy and stolen cores, who used them, the clock."""
-    if not host:
-        return "no samples"
-    who = {**host["groups"], **dict(host["top_others"][:4])}
-    clock = host.get("mhz_busy_weighted")
-    return (
-        f"{host['busy_cores']:.2f} of {host['cpus']} cores busy, {host['steal_cores']:.2f} stolen; "
-        + ", ".join(f"{name} {cores:.2f}" for name, cores in who.items())
-        + (f"; busy CPUs at {clock:.0f} MHz" if clock else "")
-    )
 
 
 def pin_plan(args: argparse.Namespace, gpus: int) -> tuple[list[set[int]], set[int]] | None:
@@ -545,63 +234,6 @@ def run_rounds(
     return rounds
 
 
-def summarise(rounds: list[dict[str, Any]], gpus: int, global_batch: int) -> dict[str, Any]:
-    """Medians over rounds of each side's samples/s and of the pair ratios, and the pooled ratio."""
-
-    def side(name: str) -> list[dict[str, Any]]:
-        return [r[name] for r in rounds]
-
-    def pooled(name: str) -> float:
-        samples = sum(s["timed_batches"] * s["global_batch"] for s in side(name))
-        return samples / sum(s["timed_s"] for s in side(name))
-
-    def windows(name: str) -> float:
-        return statistics.median(w for s in side(name) for w in s["window_samples_per_s"])
-
-    def host_busy(name: str) -> float | None:
-        busy = [s["host"]["busy_cores"] for s in side(name) if s.get("host")]
-        return statistics.median(busy) if busy else None
-
-    def cpu_per_batch(name: str) -> float | None:
-        """Median over rounds of the ranks' mean CPU milliseconds per batch."""
-        means = []
-        for s in side(name):
-            ranks = [r["cpu_ms_per_batch"] for r in s.get("rank_threads", []) if r.get("threads")]
-            if ranks:
-                means.append(statistics.fmean(ranks))
-        return statistics.median(means) if means else None
-
-    pairs = [r["pair_ratio"] for r in rounds]
-    ratio = statistics.median(pairs)
-    return {
-        "searchlab_over_torchrun": ratio,
-        "searchlab_samples_per_s": statistics.median(s["samples_per_s"] for s in side("searchlab")),
-        "torchrun_samples_per_s": statistics.median(s["samples_per_s"] for s in side("torchrun")),
-        "pair_ratios": pairs,
-        # An order effect shows as a gap between these two lists.
-        "pair_ratios_by_first": {
-            name: [r["pair_ratio"] for r in rounds if r.get("first", "torchrun") == name]
-            for name in ("torchrun", "searchlab")
-        },
-        "pooled_ratio": pooled("searchlab") / pooled("torchrun"),
-        "window_median_ratio": windows("searchlab") / windows("torchrun"),
-        # The host work a batch takes in a rank, all its threads together (RankWatch).
-        "rank_cpu_ms_per_batch": {name: cpu_per_batch(name) for name in ("torchrun", "searchlab")},
-        # Busy cores of the whole host over the timed windows (HostWatch), medians.
-        "host_busy_cores": {name: host_busy(name) for name in ("torchrun", "searchlab")},
-        "rounds": len(rounds),
-        "target": TARGET,
-        "meets_target": ratio >= TARGET,
-        "gpus": gpus,
-        "global_batch": global_batch,
-        "timed_batches": rounds[0]["torchrun"]["timed_batches"],
-        "measure": (
-            "samples/s over the same N batches after warm-up; sides alternate (see config.order); "
-            "ratio = median over rounds of searchlab/torchrun in the same round (see docstring)"
-        ),
-    }
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     began = time.time()
     gpus = select_gpus(args)
@@ -675,53 +307,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "smoke": args.smoke,
         },
     }
-
-
-def print_table(result: dict[str, Any]) -> None:
-    s, m = result["summary"], result["machine"]
-    print(
-        f"{s['gpus']} {'GPUs' if m['gpu'] else 'CPU processes'} per side, global batch "
-        f"{s['global_batch']}, {s['timed_batches']} timed batches per run; samples/s, window "
-        "median (min-max), mean loss"
-    )
-    head = f"{'samples/s':>9}  {'window med (min-max)':>22}  {'loss':>6}  {'SM MHz':>6}"
-    print(
-        f"{'round':<6}  {'torchrun ' + head:>57}  |  {'searchlab ' + head:>58}  |  "
-        f"{'ratio':>5}  first"
-    )
-
-    def cells(side: dict[str, Any]) -> str:
-        w = side["window_stats"]
-        spread = f"{w['median']:.0f} ({w['min']:.0f}-{w['max']:.0f})"
-        clock = (side.get("gpu_state") or {}).get("sm_clock_mhz")
-        clock_cell = f"{clock:>6.0f}" if clock is not None else f"{'-':>6}"
-        return (
-            f"{side['samples_per_s']:>9.0f}  {spread:>22}  {side['loss_mean']:>6.3f}  {clock_cell}"
-        )
-
-    for r in result["rounds_detail"]:
-        print(
-            f"{r['round']:<6}  {' ' * 9}{cells(r['torchrun'])}  |  {' ' * 10}"
-            f"{cells(r['searchlab'])}  |  {r['pair_ratio']:>5.3f}  {r.get('first', 'torchrun')}"
-        )
-    print(
-        f"{'median':<6}  {' ' * 9}{s['torchrun_samples_per_s']:>9.0f}{' ' * 40}  |  {' ' * 10}"
-        f"{s['searchlab_samples_per_s']:>9.0f}{' ' * 40}  |  {s['searchlab_over_torchrun']:>5.3f}"
-    )
-    verdict = "meets" if s["meets_target"] else "MISSES"
-    pairs = ", ".join(f"{p:.3f}" for p in s["pair_ratios"])
-    print(
-        f"searchlab / torchrun = {s['searchlab_over_torchrun']:.3f} (median of {s['rounds']} "
-        f"pair ratio(s): {pairs}; pooled {s['pooled_ratio']:.3f}; window medians "
-        f"{s['window_median_ratio']:.3f}): {verdict} the target >= {s['target']}"
-    )
-    if m["gpu"]:
-        print(
-            f"NCCL transports (round 1): torchrun {result['torchrun']['nccl_transports']}, "
-            f"searchlab {result['searchlab']['nccl_transports']}"
-        )
-    gpu = f"{m['gpu']} x{m['gpus_used']}" if m["gpu"] else "no GPU: " + m["cpu_model"]
-    print(f"{gpu}, torch {m['torch']}, CUDA {m['cuda']}, NCCL {m.get('nccl')}, ray {m['ray']}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
