@@ -4,11 +4,15 @@ and the solo rate."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
+# vs_ray_asha.py and its helpers (benchmarks/_asha_*.py): the sides need Ray and torch.
 vs_ray_asha = pytest.importorskip("vs_ray_asha")
+_asha_figures = pytest.importorskip("_asha_figures")
+_asha_sides = pytest.importorskip("_asha_sides")
 
 
 def _w(trial: str, start: float, end: float, proc: float, gpu: float = 0.0) -> dict[str, Any]:
@@ -37,7 +41,7 @@ SHARED = [
 
 def test_trials_sharing_a_gpu_count_hand_overs_in_each_process() -> None:
     run = {"wall_s": 10.0, "began": 5.0, "windows": SHARED, "slots": 1, "per_gpu": 2}
-    got = vs_ray_asha.figures(run, rate=5.0)
+    got = _asha_figures.figures(run, rate=5.0)
     # Process 1: a ends at 12.0, c starts at 12.4; process 2: b ends at 12.5, d starts at 13.0.
     assert got["handovers"] == 2
     assert got["handover_s"] == pytest.approx(0.45)
@@ -49,7 +53,7 @@ def test_trials_sharing_a_gpu_count_hand_overs_in_each_process() -> None:
 def test_one_trial_per_gpu_counts_hand_overs_on_the_gpu() -> None:
     # The same windows read as one lane (a GPU): every change of trial in time order counts.
     run = {"wall_s": 10.0, "began": 5.0, "windows": SHARED, "slots": 1}
-    got = vs_ray_asha.figures(run, rate=5.0)
+    got = _asha_figures.figures(run, rate=5.0)
     assert got["handovers"] == 5
 
 
@@ -74,7 +78,7 @@ def test_summary_keeps_shared_gpu_runs_out_of_the_headline() -> None:
         _run("ray_asha", 2, 0.8, workload="long"),
         _run("searchlab", 2, 1.2, workload="long"),
     ]
-    summary = vs_ray_asha._summary(runs)
+    summary = _asha_figures._summary(runs)
     assert summary["searchlab_over_ray"] == pytest.approx(0.5 / 0.6)
     assert summary["in_search_over_in_process"] == 1.0
     assert summary["long_efficiency"] is None
@@ -85,7 +89,7 @@ def test_summary_keeps_shared_gpu_runs_out_of_the_headline() -> None:
 
 
 def test_summary_without_shared_gpu_runs_has_no_packed_block() -> None:
-    summary = vs_ray_asha._summary([_run("ray_asha", 1, 0.6), _run("searchlab", 1, 0.3)])
+    summary = _asha_figures._summary([_run("ray_asha", 1, 0.6), _run("searchlab", 1, 0.3)])
     assert "packed" not in summary
     assert summary["searchlab_over_ray"] == pytest.approx(0.5)
 
@@ -102,14 +106,14 @@ def test_a_run_is_also_read_against_the_solo_blocks_around_it() -> None:
     ]
     run = {"wall_s": 10.0, "began": 0.0, "windows": windows, "slots": 1}
     # The best block before the round (30/s) against the median of the blocks around the run.
-    assert vs_ray_asha.figures(run, rate=30.0)["in_trial_rate"] == pytest.approx(20 / 30)
-    got = vs_ray_asha.bracketed(run, before=[30.0, 24.0, 26.0], after=[22.0, 25.0, 18.0])
+    assert _asha_figures.figures(run, rate=30.0)["in_trial_rate"] == pytest.approx(20 / 30)
+    got = _asha_figures.bracketed(run, before=[30.0, 24.0, 26.0], after=[22.0, 25.0, 18.0])
     assert got["bracket_batches_per_s"] == pytest.approx(24.5)
     assert got["bracket_blocks_per_s"] == [30.0, 24.0, 26.0, 22.0, 25.0, 18.0]
     assert got["in_trial_rate_bracketed"] == pytest.approx(20 / 24.5)
     assert got["efficiency_bracketed"] == pytest.approx(50 / (24.5 * 10.0))
     # A run with no solo loop after it is read against the blocks before it alone.
-    alone = vs_ray_asha.bracketed(run, before=[30.0, 24.0, 26.0], after=[])
+    alone = _asha_figures.bracketed(run, before=[30.0, 24.0, 26.0], after=[])
     assert alone["in_trial_rate_bracketed"] == pytest.approx(20 / 26)
 
 
@@ -119,7 +123,7 @@ def test_summary_reads_both_sides_against_their_brackets() -> None:
         {**_run("searchlab", 1, 0.5), "in_trial_rate_bracketed": 0.98},
         {**_run("searchlab", 1, 0.5), "in_trial_rate_bracketed": 1.02},
     ]
-    summary = vs_ray_asha._summary(runs)
+    summary = _asha_figures._summary(runs)
     assert summary["in_search_over_in_process_bracketed"] == pytest.approx(1.0)
     assert summary["ray_in_trial_rate_bracketed"] == pytest.approx(0.95)
     assert summary["ray_in_trial_rate"] == pytest.approx(0.9)
@@ -138,10 +142,10 @@ def test_the_solo_loop_times_each_block_after_a_warm_up(monkeypatch: pytest.Monk
     the best of them."""
     import pathlib
 
-    monkeypatch.syspath_prepend(str(pathlib.Path(vs_ray_asha.__file__).parent / "asha_model"))
+    monkeypatch.syspath_prepend(str(pathlib.Path(_asha_sides.__file__).parent / "asha_model"))
     hp = {"model": "tiny", "batch": 8, "num_workers": 0, "n_train": 64, "data": "resident"}
-    got = vs_ray_asha._solo_blocks(hp, 3)
-    assert len(got["rates"]) == vs_ray_asha.SOLO_BLOCKS and all(b > 0 for b in got["rates"])
+    got = _asha_sides._solo_blocks(hp, 3)
+    assert len(got["rates"]) == _asha_sides.SOLO_BLOCKS and all(b > 0 for b in got["rates"])
     assert got["gpu_busy"] is None  # no CUDA here
 
 
@@ -149,6 +153,6 @@ def test_rays_side_saves_at_tunes_own_cadence(monkeypatch: pytest.MonkeyPatch) -
     # searchlab's run environment sets a 1 s cadence for its own crash safety; Ray's side must
     # not inherit it (Tune reads the variable when its controller starts, inside fit()).
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "1")
-    with vs_ray_asha._tune_checkpoint_default():
-        assert "TUNE_GLOBAL_CHECKPOINT_S" not in vs_ray_asha.os.environ
-    assert vs_ray_asha.os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "1"
+    with _asha_sides._tune_checkpoint_default():
+        assert "TUNE_GLOBAL_CHECKPOINT_S" not in os.environ
+    assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "1"
