@@ -36,14 +36,16 @@ _STEAL_COLUMN = 7
 @dataclass
 class HostSample:
     """One look at the host: when, each CPU's (busy, idle, steal) seconds so far, each
-    process's (name, parent, CPU seconds so far), each CPU's clock in MHz, and for the
-    watched pids each thread's (CPU it last ran on, CPU seconds so far)."""
+    process's (name, parent, CPU seconds so far, start in seconds after boot), each CPU's
+    clock in MHz, for the watched pids each thread's (CPU it last ran on, CPU seconds so
+    far), and when the machine booted (Unix time)."""
 
     when: float
     cpus: dict[int, tuple[float, float, float]]
-    processes: dict[int, tuple[str, int, float]]
+    processes: dict[int, tuple[str, int, float, float]]
     mhz: dict[int, float] = field(default_factory=dict)
     threads: dict[int, dict[int, tuple[int, float]]] = field(default_factory=dict)
+    boot: float = 0.0
 
 
 def cpu_times(proc: pathlib.Path = PROC) -> dict[int, tuple[float, float, float]]:
@@ -62,10 +64,18 @@ def cpu_times(proc: pathlib.Path = PROC) -> dict[int, tuple[float, float, float]
     return out
 
 
-def process_times(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int, float]]:
-    """Every process's name (its ``comm``), parent and CPU seconds so far (all its threads,
-    utime + stime)."""
-    out: dict[int, tuple[str, int, float]] = {}
+def boot_time(proc: pathlib.Path = PROC) -> float:
+    """When the machine booted, in Unix seconds (``btime`` of ``/proc/stat``; 0 if missing)."""
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def process_times(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int, float, float]]:
+    """Every process's name (its ``comm``), parent, CPU seconds so far (all its threads,
+    utime + stime) and start in seconds after boot (which tells a reused pid apart)."""
+    out: dict[int, tuple[str, int, float, float]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -77,6 +87,7 @@ def process_times(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int, float]
                 name,
                 int(fields[1]),
                 (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+                int(fields[19]) / CLOCK_TICKS,
             )
         except (OSError, ValueError, IndexError):  # it ended, or a torn read
             continue
@@ -152,6 +163,7 @@ def sample(
         process_times(proc),
         cpu_mhz(cpus, sys_cpu, proc),
         {pid: thread_places(pid, proc) for pid in focus},
+        boot_time(proc),
     )
 
 
@@ -180,6 +192,31 @@ def placement(
 
 def _nearest(samples: list[HostSample], when: float) -> HostSample:
     return min(samples, key=lambda s: abs(s.when - when))
+
+
+def _process_spans(
+    samples: list[HostSample], first: HostSample, last: HostSample
+) -> dict[tuple[int, float], tuple[str, float, float]]:
+    """Each process seen from ``first`` to ``last`` (a pid and its start, so a reused pid is
+    another process): its name and its CPU seconds at the window's start and end.
+
+    It ends at its last sample in the window (a process that exited inside it counts up to
+    then). It starts at ``first``'s reading; one that started inside the window starts at
+    zero; one that was running but not read at ``first`` starts at its first reading.
+    """
+    spans: dict[tuple[int, float], tuple[str, float, float]] = {}
+    for s in samples:
+        if not first.when <= s.when <= last.when:
+            continue
+        for pid, (name, _, cpu, start) in s.processes.items():
+            key = (pid, start)
+            if key in spans:
+                spans[key] = (name, spans[key][1], cpu)
+            elif s is first or s.boot + start < first.when:
+                spans[key] = (name, cpu, cpu)
+            else:
+                spans[key] = (name, 0.0, cpu)
+    return spans
 
 
 def summarise(
@@ -211,13 +248,11 @@ def summarise(
         last.cpus[cpu][2] - s0 for cpu, (_, _, s0) in first.cpus.items() if cpu in last.cpus
     )
     used: dict[str, float] = {}
-    for pid, (name, _, cpu) in last.processes.items():
-        before = first.processes.get(pid)
-        # A process that started inside the window counts from zero. Kernel threads rename
-        # themselves by their work (``kworker/u8:3-events``): they count by their kind.
-        start = before[2] if before is not None else 0.0
+    for (pid, _), (name, began_cpu, ended_cpu) in _process_spans(samples, first, last).items():
+        # Kernel threads rename themselves by their work (``kworker/u8:3-events``): they
+        # count by their kind.
         group = next((g for g, pids in groups.items() if pid in pids), name.split("/")[0])
-        used[group] = used.get(group, 0.0) + max(cpu - start, 0.0) / seconds
+        used[group] = used.get(group, 0.0) + max(ended_cpu - began_cpu, 0.0) / seconds
     inside = [s for s in samples if first.when <= s.when <= last.when and s.mhz]
     clock: dict[str, Any] = {}
     if inside:
@@ -286,7 +321,7 @@ class HostWatch:
             pid
             for s in self.samples
             if began - self._period <= s.when <= ended + self._period
-            for pid, (_, parent, _) in s.processes.items()
+            for pid, (_, parent, _, _) in s.processes.items()
             if parent in rank_pids
         }
         groups = {"this process": {os.getpid()}, "ranks": rank_pids, "loader workers": children}

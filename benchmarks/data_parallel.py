@@ -209,6 +209,8 @@ def run_rounds(
                     side["timed_ended_unix"],
                     [r["pid"] for r in side["rank_threads"]],
                 )
+                if host.errors:
+                    side["host_watch_errors"] = host.errors
                 print(f"{tag}: {name}: host over the timed window: {host_line(side['host'])}")
                 if watch.pinning is not None:
                     side["pinning"] = watch.pinning

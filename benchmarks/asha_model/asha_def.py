@@ -5,8 +5,8 @@ searchlab. ``TrainStep`` holds everything both sides share: the model (ResNet-18
 channels-last with bf16 autocast on CUDA, or a tiny CNN for ``--smoke``), SGD with momentum,
 the data (one batch resident on the device, or a loader of CIFAR-shaped uint8 images with
 workers and pinned memory) and a cheap validation. ``AshaTrial`` is the searchlab
-``PyTorchTrial`` around it; ``vs_ray_asha.py`` wraps the same ``TrainStep`` in a Ray Tune
-``Trainable``. Each training report carries ``w_start``/``w_end`` (wall-clock time at the
+``PyTorchTrial`` around it; ``_asha_sides.py`` (run by ``vs_ray_asha.py``) wraps the same
+``TrainStep`` in a Ray Tune ``Trainable``. Each training report carries ``w_start``/``w_end`` (wall-clock time at the
 window's first batch and after its last, synchronised) and ``gap_s`` (how long training
 waited before the window: the report's way through the search and the next call).
 """

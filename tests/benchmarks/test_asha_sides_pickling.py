@@ -8,8 +8,10 @@ import pathlib
 import subprocess
 import sys
 
-import _asha_sides
-from ray import cloudpickle
+import pytest
+
+_asha_sides = pytest.importorskip("_asha_sides")
+cloudpickle = pytest.importorskip("ray.cloudpickle")
 
 ASHA_MODEL = pathlib.Path(_asha_sides.__file__).resolve().parent / "asha_model"
 

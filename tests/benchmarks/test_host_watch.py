@@ -7,13 +7,16 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
+from typing import Any
 
 import pytest
 from _host_watch import (
     CLOCK_TICKS,
     HostSample,
     HostWatch,
+    boot_time,
     cpu_mhz,
     cpu_times,
     numa_nodes,
@@ -43,18 +46,28 @@ def test_cpu_times_split_busy_idle_and_stolen_time(tmp_path: pathlib.Path) -> No
     }
 
 
-def _stat(pid: int, name: str, parent: int, utime: int, stime: int, processor: int = 0) -> str:
-    # After "pid (name)": state, ppid, then fields 5-13, utime (14), stime (15), ... field 39.
-    fields = ["S", str(parent), *["0"] * 9, str(utime), str(stime), *["0"] * 23, str(processor)]
+def _stat(
+    pid: int, name: str, parent: int, utime: int, stime: int, processor: int = 0, start: int = 0
+) -> str:
+    # After "pid (name)": state, ppid, fields 5-13, utime (14), stime (15), fields 16-21,
+    # starttime (22), fields 23-38, processor (39).
+    fields = ["S", str(parent), *["0"] * 9, str(utime), str(stime), *["0"] * 6, str(start)]
+    fields += [*["0"] * 16, str(processor)]
     return f"{pid} ({name}) {' '.join(fields)} 0 0\n"
 
 
 def test_process_times_read_name_parent_and_cpu_past_odd_names(tmp_path: pathlib.Path) -> None:
     (tmp_path / "42").mkdir()
-    (tmp_path / "42" / "stat").write_text(_stat(42, "ray::Trial) (x", 7, _ticks(2), _ticks(1)))
+    (tmp_path / "42" / "stat").write_text(
+        _stat(42, "ray::Trial) (x", 7, _ticks(2), _ticks(1), start=_ticks(50))
+    )
     (tmp_path / "43").mkdir()  # ended while being read: no stat
     (tmp_path / "self").mkdir()
-    assert process_times(tmp_path) == {42: ("ray::Trial) (x", 7, pytest.approx(3.0))}
+    (tmp_path / "stat").write_text("cpu0 1 0 0 1\nbtime 1700000000\n")
+    assert process_times(tmp_path) == {
+        42: ("ray::Trial) (x", 7, pytest.approx(3.0), pytest.approx(50.0))
+    }
+    assert boot_time(tmp_path) == 1700000000.0
 
 
 def test_thread_places_read_the_cpu_each_thread_last_ran_on(tmp_path: pathlib.Path) -> None:
@@ -92,10 +105,12 @@ def test_numa_nodes_come_from_each_cpus_node_entry(tmp_path: pathlib.Path) -> No
 def _sample(
     when: float,
     cpus: dict[int, tuple[float, float, float]],
-    processes: dict[int, tuple[str, int, float]],
+    processes: dict[int, tuple[Any, ...]],
     mhz: dict[int, float] | None = None,
 ) -> HostSample:
-    return HostSample(when, cpus, processes, mhz or {})
+    # (name, parent, CPU seconds[, start]): without a start, the process began at 10 s.
+    full = {pid: (*p, 10.0) if len(p) == 3 else p for pid, p in processes.items()}
+    return HostSample(when, cpus, full, mhz or {}, boot=0.0)
 
 
 def test_the_window_counts_groups_names_and_the_clock_where_the_work_ran() -> None:
@@ -109,9 +124,17 @@ def test_the_window_counts_groups_names_and_the_clock_where_the_work_ran() -> No
                 12: ("ray::TrialWorke", 11, 5.0),  # its loader worker
                 13: ("raylet", 1, 7.0),
                 14: ("kworker/u8:3-events", 2, 1.0),
+                16: ("pt_data_worker", 1, 3.0),  # ends inside the window
+                17: ("old", 1, 8.0),  # ends, and its pid is reused by "new"
                 os.getpid(): ("python3", 1, 2.0),
+                # 18 ("sshd") was running, but its stat could not be read here
             },
             {0: 3000.0, 1: 2000.0},
+        ),
+        _sample(
+            105.0,
+            {0: (15.0, 5.0, 1.2), 1: (3.5, 13.0, 0.0)},
+            {16: ("pt_data_worker", 1, 3.6), 18: ("sshd", 1, 50.0)},
         ),
         _sample(
             110.1,
@@ -121,7 +144,9 @@ def test_the_window_counts_groups_names_and_the_clock_where_the_work_ran() -> No
                 12: ("ray::TrialWorke", 11, 6.0),
                 13: ("raylet", 1, 7.1),
                 14: ("kworker/u8:3-flush", 2, 1.5),  # renamed by its work: same thread
-                15: ("ray::IDLE", 1, 0.99),  # started inside the window
+                15: ("ray::IDLE", 1, 0.99, 103.0),  # started inside the window
+                17: ("new", 1, 0.3, 106.0),
+                18: ("sshd", 1, 50.2),
                 os.getpid(): ("python3", 1, 2.5),
             },
             {0: 3200.0, 1: 2000.0},
@@ -142,7 +167,10 @@ def test_the_window_counts_groups_names_and_the_clock_where_the_work_ran() -> No
     }
     assert got["top_others"] == [
         ["ray::IDLE", pytest.approx(0.1, abs=1e-3)],
+        ["pt_data_worker", pytest.approx(0.6 / 9.9, abs=1e-3)],  # to its last sample
         ["kworker", pytest.approx(0.5 / 9.9, abs=1e-3)],
+        ["new", pytest.approx(0.3 / 9.9, abs=1e-3)],  # the reused pid's own time only
+        ["sshd", pytest.approx(0.2 / 9.9, abs=1e-3)],  # from its first reading
         ["raylet", pytest.approx(0.1 / 9.9, abs=1e-3)],
     ]
     # CPU 0 did 9.9 of the 10.9 busy seconds, at 3100 MHz on average; CPU 1 ran at 2000.
@@ -177,40 +205,65 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-# A "rank" that forks a sleeping "loader worker" and spins.
+# A "rank" that forks a "loader worker"; both spin.
 _RANK = """
 import os, time
-if os.fork() == 0:
-    time.sleep(20)
-    os._exit(0)
+child = os.fork()
 end = time.time() + 20
 while time.time() < end:
     pass
+if child == 0:
+    os._exit(0)
 """
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
 @pytest.mark.skipif(not pathlib.Path("/proc/stat").exists(), reason="needs Linux /proc")
-def test_the_watch_counts_a_spinning_rank_and_its_child_apart_from_the_rest() -> None:
+def test_the_watch_counts_a_rank_its_child_and_this_process_apart() -> None:
     rank = subprocess.Popen([sys.executable, "-c", _RANK])
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin)
     try:
         with HostWatch(period_s=0.1, focus=lambda: [rank.pid]) as watch:
-            time.sleep(0.5)  # the fork has happened
-            began, cpu_began = time.time(), _process_cpu(rank.pid)
+            deadline = time.time() + 10
+            while not _children(rank.pid) and time.time() < deadline:
+                time.sleep(0.05)
+            (child,) = _children(rank.pid)
+            spinner.start()
+            time.sleep(0.3)
+            began = time.time()
+            cpu_began = [_process_cpu(p) for p in (rank.pid, child, os.getpid())]
             time.sleep(1.5)
-            ended, cpu_ended = time.time(), _process_cpu(rank.pid)
+            ended = time.time()
+            cpu_ended = [_process_cpu(p) for p in (rank.pid, child, os.getpid())]
             time.sleep(0.2)
         assert watch.errors == []
         got = watch.summary(began, ended, [rank.pid])
-        used = (cpu_ended - cpu_began) / (ended - began)
-        assert used > 0.05
-        # The rank alone, however loaded this machine is; its sleeping child apart from it.
-        assert got["groups"]["ranks"] == pytest.approx(used, rel=0.25)
-        assert got["groups"]["loader workers"] < 0.05
-        assert got["busy_cores"] >= got["groups"]["ranks"] * 0.75
+        used = [(b - a) / (ended - began) for a, b in zip(cpu_began, cpu_ended)]
+        assert min(used) > 0.05
+        # Each group against the process's own CPU time over the same window, however
+        # loaded this machine is.
+        for group, cores in zip(("ranks", "loader workers", "this process"), used):
+            assert got["groups"][group] == pytest.approx(cores, rel=0.3, abs=0.03), group
+        assert got["busy_cores"] >= sum(used) * 0.75
         assert 0 < got["cpus"] == len(cpu_times())
         if numa_nodes():  # the spinning thread ran on this machine's nodes
             (shares,) = got["rank_numa_nodes"].values()
             assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
     finally:
+        stop.set()
+        if spinner.is_alive():
+            spinner.join()
         rank.kill()
         rank.wait(timeout=10)

@@ -1,4 +1,4 @@
-"""The figures of ``vs_ray_asha``: hand-overs per GPU or per worker process, the summary's
+"""The figures of ``vs_ray_asha`` (``_asha_figures``, ``_asha_sides``): hand-overs per GPU or per worker process, the summary's
 split between one trial per GPU and trials sharing a GPU (``--per-gpu``), the sides' order
 and the solo rate."""
 
