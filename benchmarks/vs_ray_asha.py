@@ -212,7 +212,9 @@ def main() -> None:
         ship_by_value()  # Ray's side lives in _asha_sides, which Ray's workers cannot import
         # Ray's side imported ray.tune at the top of this file (through _asha_sides);
         # searchlab's driver modules load on the first ``searchlab.run`` (the package stays
-        # light for the workers). Both sides' libraries are imported before any clock starts.
+        # light for the workers): its runner (the search methods, the config loader) is
+        # imported here, before any clock. The rest of either side's first use in this
+        # process (Tune's lazy imports, searchlab's Tune layer) stays inside its clock.
         from searchlab.experiment import _runner  # noqa: F401
 
         try:
