@@ -72,6 +72,33 @@ def boot_time(proc: pathlib.Path = PROC) -> float:
     return 0.0
 
 
+def parse_stat(text: str) -> tuple[str, list[str]]:
+    """A ``stat`` line's name (between the first ``(`` and the last ``)``: a name may hold
+    spaces and parentheses) and its fields from the third on: ``fields[n - 3]`` is field n."""
+    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """utime + stime (fields 14 and 15) of ``parse_stat``'s fields, in seconds."""
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def task_stats(pid: int, proc: pathlib.Path = PROC) -> dict[int, tuple[str, list[str]]]:
+    """Each thread of ``pid``: ``parse_stat`` of its ``stat`` (threads that end while being
+    read are left out)."""
+    out: dict[int, tuple[str, list[str]]] = {}
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out[int(task.name)] = parse_stat((task / "stat").read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def process_times(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int, float, float]]:
     """Every process's name (its ``comm``), parent, CPU seconds so far (all its threads,
     utime + stime) and start in seconds after boot (which tells a reused pid apart)."""
@@ -80,13 +107,11 @@ def process_times(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int, float,
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            name, fields = parse_stat((entry / "stat").read_text())
             out[int(entry.name)] = (
                 name,
                 int(fields[1]),
-                (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+                cpu_seconds(fields),
                 int(fields[19]) / CLOCK_TICKS,
             )
         except (OSError, ValueError, IndexError):  # it ended, or a torn read
@@ -127,19 +152,10 @@ def thread_places(pid: int, proc: pathlib.Path = PROC) -> dict[int, tuple[int, f
     """Each thread of ``pid``: the CPU it last ran on (``stat``'s 39th field) and its CPU
     seconds so far."""
     out: dict[int, tuple[int, float]] = {}
-    try:
-        tasks = list((proc / str(pid) / "task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
+    for tid, (_, fields) in task_stats(pid, proc).items():
         try:
-            stat = (task / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            out[int(task.name)] = (
-                int(fields[36]),
-                (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
-            )
-        except (OSError, ValueError, IndexError):
+            out[tid] = (int(fields[36]), cpu_seconds(fields))
+        except (ValueError, IndexError):  # a torn read
             continue
     return out
 

@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from _host_watch import cpu_seconds, parse_stat, task_stats
+
 SYS_CPU = pathlib.Path("/sys/devices/system/cpu")
 PROC = pathlib.Path("/proc")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # A full scan of /proc once the ranks are known: often enough to see a late loader worker.
 RESCAN_S = 2.0
 
@@ -102,8 +103,7 @@ def _processes(proc: pathlib.Path = PROC) -> dict[int, tuple[int, str]]:
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (entry / "stat").read_text()
-            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+            parent = int(parse_stat((entry / "stat").read_text())[1][1])
         except (OSError, ValueError, IndexError):
             continue
         found[int(entry.name)] = (parent, cmd)
@@ -130,19 +130,10 @@ def thread_times(pid: int, proc: pathlib.Path = PROC) -> dict[int, tuple[str, fl
     """Each thread of ``pid``: its name and CPU seconds so far (utime + stime, the 14th and
     15th fields of its ``stat``; the name may hold spaces and parentheses)."""
     out: dict[int, tuple[str, float]] = {}
-    try:
-        tasks = list((proc / str(pid) / "task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
+    for tid, (name, fields) in task_stats(pid, proc).items():
         try:
-            stat = (task / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            out[int(task.name)] = (
-                stat[stat.index("(") + 1 : stat.rindex(")")],
-                (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
-            )
-        except (OSError, ValueError, IndexError):  # the thread ended, or a torn read
+            out[tid] = (name, cpu_seconds(fields))
+        except (ValueError, IndexError):  # a torn read
             continue
     return out
 

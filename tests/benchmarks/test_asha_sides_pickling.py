@@ -27,6 +27,18 @@ print(sorted(getattr(o, "__name__", type(o).__name__) for o in objects))
 """
 
 
+def _load_in_a_worker(sent: bytes) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])}
+    return subprocess.run(
+        [sys.executable, "-c", _LOAD],
+        input=sent,
+        cwd=ASHA_MODEL,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+
+
 def test_the_ray_side_unpickles_where_its_module_cannot_be_imported() -> None:
     _asha_sides.ship_by_value()
     try:
@@ -35,15 +47,7 @@ def test_the_ray_side_unpickles_where_its_module_cannot_be_imported() -> None:
         )
     finally:
         cloudpickle.unregister_pickle_by_value(_asha_sides)
-    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])}
-    done = subprocess.run(
-        [sys.executable, "-c", _LOAD],
-        input=sent,
-        cwd=ASHA_MODEL,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
+    done = _load_in_a_worker(sent)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert done.stdout.decode().strip() == "['RayAshaTrainable', '_solo_blocks', 'ray_train_trial']"
 
@@ -52,14 +56,6 @@ def test_by_reference_the_same_objects_need_the_module() -> None:
     # Without ship_by_value the worker would have to import _asha_sides: the test above is
     # not passing by accident.
     sent = cloudpickle.dumps([_asha_sides.ray_train_trial])
-    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])}
-    done = subprocess.run(
-        [sys.executable, "-c", _LOAD],
-        input=sent,
-        cwd=ASHA_MODEL,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
+    done = _load_in_a_worker(sent)
     assert done.returncode != 0
     assert "_asha_sides" in done.stderr.decode()

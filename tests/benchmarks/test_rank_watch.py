@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
+from _host_watch import CLOCK_TICKS
 from _rank_watch import (
-    CLOCK_TICKS,
     RankMatch,
     RankWatch,
     _processes,
