@@ -25,9 +25,11 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import searchlab
 from searchlab._bytecode import uncached_bytecode_hint
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "machine_info",
     "print_table",
     "result_path",
+    "run_search",
     "write_result",
 ]
 
@@ -148,3 +151,39 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def run_search(
+    config: Mapping[str, Any],
+    *,
+    model_dir: pathlib.Path,
+    storage_path: pathlib.Path,
+    name: str,
+    trials: int,
+    verbose: bool = False,
+) -> tuple[Any, float]:
+    """``searchlab.run`` quietly (its output shown with ``verbose``), with its wall seconds.
+
+    Where it raises, or ends with other than ``trials`` completed trials, the last 40 lines
+    of its output are printed and the benchmark stops: a figure from a failed search would
+    be wrong.
+    """
+    lines: list[str] = []
+    began = time.time()
+    try:
+        results = searchlab.run(
+            dict(config),
+            model_dir=model_dir,
+            storage_path=storage_path,
+            name=name,
+            echo=print if verbose else lines.append,
+        )
+    except Exception:
+        print("\n".join(lines[-40:]))
+        raise
+    wall = time.time() - began
+    states = results.trials["state"].tolist()
+    if len(states) != trials or any(s != "COMPLETED" for s in states):
+        print("\n".join(lines[-40:]))
+        raise RuntimeError(f"{name}: expected {trials} completed trials, got states {states}")
+    return results, wall

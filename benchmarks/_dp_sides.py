@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 from _cifar import MODEL_DIR  # also puts resnet_model/ on sys.path
-from _common import environment
+from _common import environment, run_search
 from _rank_watch import RankMatch, RankWatch
 from model_def import HPARAM_DEFAULTS
 
-import searchlab
 from searchlab._ray_env import ray_environment, ray_init_kwargs
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -218,26 +217,15 @@ def run_searchlab(
     """One search on the Ray that ``start_ray`` started (searchlab.run leaves it running)."""
     total = args.report_every + timed_batches
     global_batch = args.per_gpu_batch * gpus
-    lines: list[str] = []
-    echo = print if args.verbose else lines.append
     earlier_logs = nccl_logs(nccl_dir)  # the workers of every search log into one folder
-    began = time.time()
-    try:
-        results = searchlab.run(
-            searchlab_config(args, gpus, root, epoch_images, total),
-            model_dir=MODEL_DIR,
-            storage_path=tmp / "search",
-            name=f"data-parallel-{round_no}",
-            echo=echo,
-        )
-    except Exception:
-        print("\n".join(lines[-40:]))
-        raise
-    wall = time.time() - began
-    states = results.trials["state"].tolist()
-    if states != ["COMPLETED"]:
-        print("\n".join(lines[-40:]))
-        raise RuntimeError(f"expected one completed trial, got states {states}")
+    results, wall = run_search(
+        searchlab_config(args, gpus, root, epoch_images, total),
+        model_dir=MODEL_DIR,
+        storage_path=tmp / "search",
+        name=f"data-parallel-{round_no}",
+        trials=1,
+        verbose=args.verbose,
+    )
     training = results.metrics[results.metrics["group"] == "training"].sort_values("batches")
     times = training["wall_time"].to_numpy(dtype=float)
     done = training["batches"].to_numpy(dtype=float)

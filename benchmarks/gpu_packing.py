@@ -36,14 +36,12 @@ import json
 import os
 import pathlib
 import tempfile
-import time
 from typing import Any
 
 import numpy as np
 import torch
 from _cifar import MODEL_DIR, ensure_fake_cifar
-
-import searchlab
+from _common import run_search
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "gpu_packing.json"
 
@@ -115,25 +113,14 @@ def throughput(series: dict[str, tuple[np.ndarray, np.ndarray]], batch_size: int
 
 def run_k(k: int, args: argparse.Namespace, root: pathlib.Path, storage: pathlib.Path) -> dict:
     gpu = torch.cuda.is_available()
-    lines: list[str] = []
-    echo = print if args.verbose else lines.append
-    began = time.time()
-    try:
-        results = searchlab.run(
-            packing_config(k, args, root, gpu),
-            model_dir=MODEL_DIR,
-            storage_path=storage,
-            name=f"packing-{k}",
-            echo=echo,
-        )
-    except Exception:
-        print("\n".join(lines[-40:]))
-        raise
-    wall = time.time() - began
-    states = results.trials["state"].tolist()
-    if len(states) != k or any(s != "COMPLETED" for s in states):
-        print("\n".join(lines[-40:]))
-        raise RuntimeError(f"k={k}: expected {k} completed trials, got states {states}")
+    results, wall = run_search(
+        packing_config(k, args, root, gpu),
+        model_dir=MODEL_DIR,
+        storage_path=storage,
+        name=f"packing-{k}",
+        trials=k,
+        verbose=args.verbose,
+    )
     row = {"k": k, "gpus_per_trial": 1.0 / k if gpu else 0.0, "trials": k}
     row.update(throughput(trial_series(results.metrics), args.batch_size))
     row["experiment_wall_s"] = wall
