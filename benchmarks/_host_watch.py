@@ -14,6 +14,7 @@ processes by name) and the clock the CPUs ran at, weighted by how busy each was.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import pathlib
@@ -64,8 +65,10 @@ def cpu_times(proc: pathlib.Path = PROC) -> dict[int, tuple[float, float, float]
     return out
 
 
+@functools.cache
 def boot_time(proc: pathlib.Path = PROC) -> float:
-    """When the machine booted, in Unix seconds (``btime`` of ``/proc/stat``; 0 if missing)."""
+    """When the machine booted, in Unix seconds (``btime`` of ``/proc/stat``; 0 if missing).
+    Read once per ``proc`` folder: it does not change while the machine runs."""
     for line in (proc / "stat").read_text().splitlines():
         if line.startswith("btime "):
             return float(line.split()[1])

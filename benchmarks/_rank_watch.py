@@ -8,9 +8,10 @@ rate follows how much CPU a batch takes and how fast the core it lands on runs.
 ``period_s``, so a run can say each thread's share of a core and the rank's CPU time per
 batch over its timed window. A rank is a process whose command line matches and whose parent
 is its side's launcher (torchrun, or Ray's raylet): nothing else that names the worker's
-script, no orphaned loader worker, and never the watching process itself. With a plan (``data_parallel.py --pin-ranks K``) it also gives
-rank r the CPUs of K physical cores of its own (the last ones) and the ranks' loader workers
-every other CPU, so a comparison measures the two loops and not where the scheduler put them.
+script, no orphaned loader worker, and never the watching process itself. With a plan
+(``data_parallel.py --pin-ranks K``) it also gives rank r the CPUs of K physical cores of its
+own (the last ones) and the ranks' loader workers every other CPU, so a comparison measures
+the two loops and not where the scheduler put them.
 Nothing here changes how searchlab runs for a user.
 """
 
