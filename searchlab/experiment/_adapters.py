@@ -21,7 +21,7 @@ from ray.tune.search import Searcher
 from searchers._base import Action, ExitReason
 from searchers._driver import FINISHED, RunnerStatus, SearchDriver
 from searchlab._failpoints import failpoint
-from searchlab.experiment._compat import end_run_resumably, set_trial_paused
+from searchlab.experiment._compat import end_run_resumably, keep_idle_actors, set_trial_paused
 from searchlab.experiment._protocol import Outcome, TrialConfig, TrialReport
 from searchlab.experiment._records import is_disk_full, trial_error_text
 from searchlab.experiment._snapshot import Snapshots
@@ -43,7 +43,9 @@ _STATUSES = {
 class RunControl:
     """What the driver process tells the adapters: an interrupt, a restore to settle."""
 
-    def __init__(self, *, restored: bool = False, concurrency: int = 1) -> None:
+    def __init__(
+        self, *, restored: bool = False, concurrency: int = 1, standby_actors: int = 0
+    ) -> None:
         self.interrupted = False  # Ctrl-C (or a full disk): pause everything at a checkpoint
         self.drained = False  # interrupted and nothing runs any more: the run ended
         self.fatal = False  # a user error every trial would hit: stop everything
@@ -56,6 +58,8 @@ class RunControl:
         # start, raised to the most seen running or pending (a cluster that grows, brackets
         # that each need a trial).
         self.concurrency = concurrency
+        # With standby, the idle trial actors Tune should keep (two per GPU), not yet asked.
+        self.standby_actors = standby_actors
         # Every trial Tune holds, and those told to pause whose pause Tune has not finished
         # (their state is being saved): trial id -> Tune's ``Trial``. Not pickled: Tune
         # pickles its searcher and scheduler, and the trials are its own.
@@ -248,6 +252,12 @@ class SearchScheduler(FIFOScheduler):
                 if trial.status in (Trial.PENDING, Trial.RUNNING, Trial.PAUSED):
                     tune_controller.stop_trial(trial)
             return None
+        if control.standby_actors and trials:
+            # Standby needs both actors of a GPU to stay: a paused trial's actor waits
+            # in Tune's cache for the next trial instead of being stopped.
+            resources = next(iter(trials.values())).placement_group_factory
+            keep_idle_actors(tune_controller, resources, control.standby_actors)
+            control.standby_actors = 0
         if control.hold_new_trials():  # the next trial takes a pausing trial's place: wait
             return None
         choice = self.driver.choose(_runner_view(trials.values()))

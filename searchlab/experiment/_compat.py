@@ -26,6 +26,7 @@ __all__ = [
     "clear_cublas_workspaces",
     "empty_host_cache",
     "end_run_resumably",
+    "keep_idle_actors",
     "replace_restored_parts",
     "set_trial_paused",
     "tune_session_of",
@@ -83,6 +84,20 @@ def set_trial_paused(tune_controller: Any, trial: Any) -> None:
     from ray.tune.experiment import Trial
 
     tune_controller._set_trial_status(trial, Trial.PAUSED)
+
+
+def keep_idle_actors(tune_controller: Any, resources: Any, count: int) -> bool:
+    """Let Tune keep up to ``count`` more idle trial actors asking for ``resources`` (a
+    trial's placement group factory) in its actor cache. Tune keeps one idle actor beyond
+    those its staged trials need and stops the rest; the next trial then starts a new actor
+    (seconds of imports), which loses to whichever cached actor frees first. False where
+    Tune has no such cache (another Ray version): nothing changed."""
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)
+    cache = getattr(controller, "_actor_cache", None)
+    if cache is None or not callable(getattr(cache, "increase_max", None)):
+        return False
+    cache.increase_max(resources, count)
+    return True
 
 
 def end_run_resumably() -> None:

@@ -9,30 +9,37 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from searchlab.config import ExperimentConfig
+from searchlab.config import ExperimentConfig, is_command
 from searchlab.errors import ConfigError
 
 __all__ = ["trial_resources"]
 
 
-def trial_resources(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def trial_resources(
+    cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]], *, standby: bool = False
+) -> dict[str, float]:
     """``{"cpu": c, "gpu": g}`` per worker of a trial: GPUs when the cluster has any, else CPUs.
 
     A trial has ``resources.slots_per_trial`` workers, each with one GPU (or one CPU worker
     without GPUs); ``resources.gpus_per_trial`` (fractions pack trials on a GPU) and
-    ``cpus_per_trial`` set the share of each worker. ``nodes`` is ``ray.nodes()``.
+    ``cpus_per_trial`` set the share of each worker. ``nodes`` is ``ray.nodes()``. With
+    ``standby`` (``SEARCHLAB_STANDBY=1``), a one-GPU trial asks for half a GPU: two trial
+    actors share it and take turns (``experiment._standby``); CPU trials are unchanged.
 
     Raises:
-        ConfigError: no node can hold one worker, or the cluster cannot hold all of them.
+        ConfigError: no node can hold one worker, or the cluster cannot hold all of them; or
+            ``standby`` with trials that are not one process on one GPU.
     """
     res = cfg.resources
     alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
     total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
+    if standby:
+        _check_standby(cfg, total["GPU"])
     if res.gpus_per_trial is not None:
         gpus = float(res.gpus_per_trial)
     else:
-        gpus = 1.0 if total["GPU"] > 0 else 0.0
+        gpus = (0.5 if standby else 1.0) if total["GPU"] > 0 else 0.0
     cpus = float(res.cpus_per_trial) if res.cpus_per_trial is not None else 1.0
     asked = _describe(workers, cpus, gpus)
     if gpus * workers > total["GPU"] or cpus * workers > total["CPU"]:
@@ -49,6 +56,35 @@ def trial_resources(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -
             f"({_cluster(alive)}); lower cpus_per_trial or gpus_per_trial"
         )
     return {"cpu": cpus, "gpu": gpus}
+
+
+def _check_standby(cfg: ExperimentConfig, cluster_gpus: float) -> None:
+    res = cfg.resources
+    if res.slots_per_trial > 1:
+        what = f"resources.slots_per_trial is {res.slots_per_trial}"
+        fix = "set resources.slots_per_trial to 1"
+    elif res.gpus_per_trial is not None:
+        what = f"resources.gpus_per_trial is {res.gpus_per_trial:g}"
+        fix = "remove resources.gpus_per_trial"
+    elif is_command(cfg.entrypoint):
+        what = f"entrypoint is the command {cfg.entrypoint!r}"
+        fix = "use a PyTorchTrial entrypoint"
+    elif 0 < (cap := getattr(cfg.searcher, "max_concurrent_trials", 0)) < 2 * cluster_gpus:
+        # Fewer trials than two per GPU: Ray would pack them two to a GPU, leaving GPUs idle.
+        need = int(2 * cluster_gpus)
+        raise ConfigError(
+            f"{cfg.source_name}: searcher.max_concurrent_trials is {cap}, but "
+            f"SEARCHLAB_STANDBY=1 runs two trials on each GPU (one training, one ready) and "
+            f"the Ray cluster has {cluster_gpus:g} GPU(s); set max_concurrent_trials to "
+            f"{need} or more (0: no limit), or unset SEARCHLAB_STANDBY"
+        )
+    else:
+        return
+    raise ConfigError(
+        f"{cfg.source_name}: {what}, but SEARCHLAB_STANDBY=1 keeps a second one-GPU trial "
+        f"ready on each GPU, which only a PyTorchTrial of one slot and one whole GPU can "
+        f"share; unset SEARCHLAB_STANDBY or {fix}"
+    )
 
 
 def _describe(workers: int, cpus: float, gpus: float) -> str:

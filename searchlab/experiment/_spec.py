@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import uuid
 from typing import Any, Literal
 
 from searchlab.config import ExperimentConfig
@@ -15,6 +16,7 @@ __all__ = ["ExperimentSpec", "check_environment"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
+STANDBY_VAR = "SEARCHLAB_STANDBY"
 CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
 # What ``auto`` means where the writing process also trains (a one-process trial): a thread,
 # also beside training. On an H100 a trial going on from a rung end waited a median
@@ -62,6 +64,9 @@ class ExperimentSpec:
     # trains, a thread in the data-parallel coordinator, which does not. ``off`` (``0``):
     # everything in ``save_checkpoint``, as Tune's own trainables.
     checkpoint_writes: CheckpointWrites = "auto"
+    # Two trial actors per GPU, one training at a time (``experiment._standby``): set, from
+    # ``SEARCHLAB_STANDBY=1`` on the driver, to the run's key that names its GPU locks.
+    standby_key: str | None = None
 
     @property
     def staged_checkpoints(self) -> bool:
@@ -71,6 +76,7 @@ class ExperimentSpec:
     @classmethod
     def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
         searcher = config.searcher
+        standby = _flag(STANDBY_VAR, default=False)
         module = config.entrypoint.partition(":")[0]
         max_length = searcher.max_length
         return cls(
@@ -92,8 +98,10 @@ class ExperimentSpec:
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
-            train_ahead=_flag(TRAIN_AHEAD_VAR, default=False),
+            # Standby trains the other trial while a report travels: nothing trains ahead.
+            train_ahead=_flag(TRAIN_AHEAD_VAR, default=False) and not standby,
             checkpoint_writes=checkpoint_writes(),
+            standby_key=uuid.uuid4().hex if standby else None,
         )
 
 
@@ -102,6 +110,7 @@ def check_environment() -> None:
     for a bad value: called before anything is written."""
     idle_after_s()
     _flag(TRAIN_AHEAD_VAR, default=False)
+    _flag(STANDBY_VAR, default=False)
     checkpoint_writes()
 
 

@@ -10,6 +10,7 @@ with data-parallel workers.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_pat
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
+from searchlab.experiment._standby import GpuBaton
 from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     earlier_checkpoints,
@@ -110,7 +112,10 @@ class SearchlabTrainable(tune.Trainable):
     """Runs the experiment's trial class for one set of hyperparameters."""
 
     def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
-        start_accelerator_warmup([str(g) for g in ray.get_gpu_ids()])
+        gpus = [str(g) for g in ray.get_gpu_ids()]
+        start_accelerator_warmup(gpus)
+        node = ray.get_runtime_context().get_node_id()
+        self._baton = GpuBaton.for_worker(experiment.standby_key, gpus, node)
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
@@ -135,7 +140,9 @@ class SearchlabTrainable(tune.Trainable):
         free_accelerator_memory()
 
     def step(self) -> dict[str, Any]:
-        with self._idle.busy():
+        # With standby, this GPU's other trial actor trains whenever this one does not.
+        turn = self._baton.held() if self._baton is not None else contextlib.nullcontext()
+        with self._idle.busy(), turn:
             assert self._runner is not None
             # Its own failed write fails it, as a failed save did.
             self._writer.before_training(self.trial_id)
@@ -220,6 +227,8 @@ class SearchlabTrainable(tune.Trainable):
                 self._writer.close(self.trial_id)
             finally:
                 self._close(collect=False)
+                if self._baton is not None:
+                    self._baton.close()
 
     def _close(self, collect: bool = True) -> None:
         if self._runner is not None:

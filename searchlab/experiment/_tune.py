@@ -56,7 +56,7 @@ def run_tuner(
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
                 )
-            resources = trial_resources(cfg, ray.nodes())
+            resources = trial_resources(cfg, ray.nodes(), standby=spec.standby_key is not None)
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):
                 tuner = (
@@ -95,6 +95,10 @@ def run_tuner(
                 ray.shutdown()
             if reaper is not None:
                 _stop_reaper(reaper)
+            if spec.standby_key is not None:
+                from searchlab.experiment._standby import remove_baton_dir
+
+                remove_baton_dir(spec.standby_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +136,8 @@ def _build_parts(
     # would start trials one by one and a fresh worker loses the race to a cached one:
     # allow as many pending trials as fit in the cluster at once.
     fit = _trials_that_fit(cfg, resources, ray.cluster_resources())
-    control = RunControl(restored=restore, concurrency=fit)
+    standby_actors = fit if spec.standby_key is not None and resources["gpu"] > 0 else 0
+    control = RunControl(restored=restore, concurrency=fit, standby_actors=standby_actors)
     snapshots = Snapshots(exp_dir, cfg.to_dict())
     searcher = GatedSearcher(driver, spec.metric, spec.smaller_is_better, control, snapshots)
     scheduler = SearchScheduler(

@@ -12,6 +12,7 @@ import pathlib
 import re
 import signal
 import subprocess
+import types
 
 import pytest
 import ray
@@ -200,3 +201,26 @@ def test_tune_flattens_results_with_the_delimiter_searchlab_reads() -> None:
     assert f"searchlab{_compat.TUNE_FLAT_DELIMITER}length" in flat
     assert TrialReport.of(flat) == TrialReport.of(result)
     assert TrialReport.of(flat).timing == {"build_s": 1.5}
+
+
+def test_tune_keeps_as_many_idle_actors_as_standby_asks() -> None:
+    from ray.tune.utils.object_cache import _ObjectCache
+
+    from searchlab.experiment._compat import keep_idle_actors
+
+    def idle_kept(extra: int) -> list[str]:
+        controller = types.SimpleNamespace(_actor_cache=_ObjectCache(may_keep_one=True))
+        wrapped = types.SimpleNamespace(_tune_controller=controller)  # what schedulers get
+        if extra:
+            assert keep_idle_actors(wrapped, "1 GPU/2", extra)
+        cache = controller._actor_cache
+        # Two paused trials' actors, no trial waiting for one: an actor not cached is stopped.
+        cached = {actor for actor in ("a", "b") if cache.cache_object("1 GPU/2", actor)}
+        evicted = list(cache.flush_cached_objects())  # what Tune does after each step
+        return sorted(cached - set(evicted))
+
+    # The controller keeps its actors in such a cache, under ``_actor_cache``.
+    assert "self._actor_cache = _ObjectCache(" in inspect.getsource(TuneController.__init__)
+    assert len(idle_kept(0)) == 1  # Tune's own rule: one idle actor, the other is stopped
+    assert idle_kept(2) == ["a", "b"]
+    assert not keep_idle_actors(types.SimpleNamespace(), "1 GPU/2", 2)  # no such cache

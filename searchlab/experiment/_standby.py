@@ -1,0 +1,90 @@
+"""A trial ready beside the one training on each GPU: the hand-over leaves the GPU's path.
+
+Between two trials on one GPU, the GPU waits while the next trial is built (the user's model
+and optimizer, ~0.2 s for a ResNet-18), its loader starts and Tune passes the trial over
+(~0.45 s in all on an H100 host, benchmarks/README.md). With ``SEARCHLAB_STANDBY=1`` on the
+driver, each one-GPU trial asks Ray for half a GPU, so two trial actors share each GPU, and
+a per-GPU lock (``GpuBaton``) lets one of them train at a time: a trial holds it for each
+call that trains (``Trainable.step``: one report window, its validation included) and gives
+it back when the window is done. The other actor builds its trial, restores a checkpoint or
+waits for Tune while the holder trains, and takes the GPU the moment the holder's report
+leaves it. Both actors' models are on the GPU at once: each process keeps its CUDA context
+(~0.5 GiB) and the memory its allocator caches, so a trial that needs more than half the
+GPU's memory should not use it.
+
+The lock is ``flock`` on a file of the node (one per GPU and run, in a directory of the
+temporary folder only this user can enter): the kernel hands it over at once and frees it
+when its holder's process dies, so a killed worker never keeps the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pathlib
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
+
+__all__ = ["GpuBaton", "baton_dir", "remove_baton_dir"]
+
+
+def baton_dir(key: str) -> pathlib.Path:
+    """The directory of a run's locks on this node: this user's only (mode 0700), checked to
+    be a real directory of this user, not a link another user left in the shared folder."""
+    if not key.isalnum():
+        raise ValueError(f"standby key {key!r} is not alphanumeric")
+    path = pathlib.Path(tempfile.gettempdir()) / f"searchlab-{os.getuid()}-standby-{key}"
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a private directory of this user")
+    return path
+
+
+def remove_baton_dir(key: str) -> None:
+    """Remove a run's lock directory on this node once its trials are over (the driver's
+    node; other nodes keep an empty directory in their temporary folder)."""
+    with contextlib.suppress(OSError, ValueError):
+        shutil.rmtree(baton_dir(key))
+
+
+class GpuBaton:
+    """The right to train on one GPU, held by one trial actor of a run at a time."""
+
+    def __init__(self, key: str, gpu: str, node: str) -> None:
+        name = f"{node}-gpu{gpu}.lock"
+        if not name.replace("-", "").replace(".", "").isalnum():
+            raise ValueError(f"cannot name a lock after node {node!r} and GPU {gpu!r}")
+        self.path = baton_dir(key) / name
+        self._fd: int | None = os.open(
+            self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+
+    @classmethod
+    def for_worker(cls, key: str | None, gpu_ids: Sequence[object], node: str) -> GpuBaton | None:
+        """The baton of the one GPU this worker was given, or None: standby off (``key``
+        None) or not exactly one GPU (a CPU trial, where there is nothing to take turns on)."""
+        if key is None or len(gpu_ids) != 1:
+            return None
+        return cls(key, str(gpu_ids[0]), node)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Wait for the GPU, train, give it back (also when training raised)."""
+        if self._fd is None:
+            raise RuntimeError("the GPU baton was closed")
+        fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits without the GIL
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Let go of the lock file (the file stays: another actor may hold or wait on it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

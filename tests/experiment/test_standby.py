@@ -1,0 +1,327 @@
+"""Standby (``SEARCHLAB_STANDBY=1``): two trial actors per GPU, one training at a time.
+
+The GPU lock itself (exclusive, handed over at once, freed when its holder dies, kept in a
+private directory), what a trial asks Ray for, and a search on a Ray node that declares one
+GPU (the trials train on the CPU): two actors take turns, never training at the same time.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from searchlab.config import load_experiment_config
+from searchlab.errors import ConfigError
+from searchlab.experiment._resources import trial_resources
+from searchlab.experiment._spec import ExperimentSpec, check_environment
+from searchlab.experiment._standby import GpuBaton, baton_dir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ASHA_MODEL = ROOT / "tests" / "fixtures" / "asha_model"
+NODE = "a1b2c3"
+
+
+@pytest.fixture(autouse=True)
+def _private_tmp(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+
+def _spans(hold: bool, workers: int = 2, rounds: int = 5) -> list[tuple[float, float, int]]:
+    """Each worker thread, with a baton of its own on GPU 0 (its own open file, as a process
+    of its own would have), trains ``rounds`` 20 ms windows: (start, end, worker) of each."""
+    spans: list[tuple[float, float, int]] = []
+    batons = [GpuBaton("k1", "0", NODE) for _ in range(workers)]
+    start = threading.Barrier(workers)
+
+    def work(i: int) -> None:
+        start.wait()
+        for _ in range(rounds):
+            with batons[i].held() if hold else _nothing():
+                began = time.monotonic()
+                time.sleep(0.02)
+                spans.append((began, time.monotonic(), i))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for baton in batons:
+        baton.close()
+    return sorted(spans)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _overlaps(spans: list[tuple[float, float, int]]) -> int:
+    return sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1] and a[2] != b[2])
+
+
+def test_one_holder_at_a_time_and_both_get_turns() -> None:
+    spans = _spans(hold=True)
+    assert _overlaps(spans) == 0
+    assert {w for *_, w in spans} == {0, 1} and len(spans) == 10
+    # Without the baton the same windows do overlap: the check above can fail.
+    assert _overlaps(_spans(hold=False)) > 0
+
+
+def test_other_gpus_and_runs_do_not_wait(tmp_path: pathlib.Path) -> None:
+    held = GpuBaton("k1", "0", NODE)
+    with held.held():
+        for other in (GpuBaton("k1", "1", NODE), GpuBaton("k2", "0", NODE)):
+            began = time.monotonic()
+            with other.held():
+                pass
+            assert time.monotonic() - began < 1.0
+            other.close()
+    held.close()
+    with pytest.raises(RuntimeError, match="closed"), held.held():
+        pass
+
+
+def test_a_killed_holder_gives_the_gpu_back(tmp_path: pathlib.Path) -> None:
+    ready = tmp_path / "holding"
+    code = textwrap.dedent(
+        f"""
+        import pathlib, sys, tempfile, time
+        tempfile.tempdir = {str(tmp_path)!r}
+        from searchlab.experiment._standby import GpuBaton
+        baton = GpuBaton("k1", "0", {NODE!r})
+        with baton.held():
+            pathlib.Path({str(ready)!r}).touch()
+            time.sleep(600)
+        """
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        waiter = GpuBaton("k1", "0", NODE)
+        got = threading.Event()
+
+        def take() -> None:
+            with waiter.held():
+                got.set()
+
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        assert not got.wait(0.5)  # the holder has it
+        os.kill(holder.pid, signal.SIGKILL)
+        assert got.wait(10)  # the kernel freed it with the process
+        thread.join()
+        waiter.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_lock_directory_is_private(tmp_path: pathlib.Path) -> None:
+    made = baton_dir("k1")
+    assert made.parent == tmp_path and made.stat().st_mode & 0o777 == 0o700
+    assert baton_dir("k1") == made  # the next worker of the run finds it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"searchlab-{os.getuid()}-standby-k2").symlink_to(elsewhere)
+    with pytest.raises(PermissionError, match="not a private directory"):
+        baton_dir("k2")  # a link another user left in the shared folder
+    (tmp_path / f"searchlab-{os.getuid()}-standby-k3").mkdir(mode=0o755)
+    os.chmod(tmp_path / f"searchlab-{os.getuid()}-standby-k3", 0o755)
+    with pytest.raises(PermissionError, match="not a private directory"):
+        baton_dir("k3")
+    with pytest.raises(ValueError, match="not alphanumeric"):
+        baton_dir("../k")
+    with pytest.raises(ValueError, match="cannot name a lock"):
+        GpuBaton("k1", "0/../x", NODE)
+
+
+def test_a_baton_only_for_one_gpu_with_standby_on() -> None:
+    assert GpuBaton.for_worker(None, ["0"], NODE) is None
+    assert GpuBaton.for_worker("k1", [], NODE) is None  # a CPU trial
+    assert GpuBaton.for_worker("k1", ["0", "1"], NODE) is None
+    baton = GpuBaton.for_worker("k1", ["3"], NODE)
+    assert baton is not None and baton.path.name == f"{NODE}-gpu3.lock"
+    baton.close()
+
+
+def _cfg(entrypoint: str = "asha_trial:AshaTrial", **resources: Any) -> Any:
+    return load_experiment_config(
+        {
+            "name": "s",
+            "entrypoint": entrypoint,
+            "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
+            "searcher": {"name": "single", "metric": "validation_loss", "max_length": 4},
+            "resources": resources,
+        },
+        model_dir=str(ASHA_MODEL),
+    )
+
+
+def _nodes(cpus: float, gpus: float) -> list[dict[str, Any]]:
+    return [{"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus}}]
+
+
+def test_a_one_gpu_trial_asks_for_half_a_gpu() -> None:
+    assert trial_resources(_cfg(), _nodes(8, 1), standby=True) == {"cpu": 1.0, "gpu": 0.5}
+    assert trial_resources(_cfg(), _nodes(8, 1)) == {"cpu": 1.0, "gpu": 1.0}
+    # Without GPUs there is nothing to take turns on: CPU trials as always.
+    assert trial_resources(_cfg(), _nodes(8, 0), standby=True) == {"cpu": 1.0, "gpu": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "resources", "named", "fix"),
+    [
+        ("asha_trial:AshaTrial", {"slots_per_trial": 2}, "slots_per_trial is 2", "to 1"),
+        ("asha_trial:AshaTrial", {"gpus_per_trial": 0.5}, "gpus_per_trial is 0.5", "remove"),
+        ("python3 train.py", {}, "the command 'python3 train.py'", "PyTorchTrial entrypoint"),
+    ],
+)
+def test_standby_is_refused_where_trials_cannot_take_turns(
+    entrypoint: str, resources: dict[str, Any], named: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        trial_resources(_cfg(entrypoint, **resources), _nodes(8, 2), standby=True)
+    message = str(err.value)
+    assert "\n" not in message and named in message and fix in message
+    assert "unset SEARCHLAB_STANDBY" in message
+
+
+def test_the_switch_sets_a_run_key_and_turns_train_ahead_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SEARCHLAB_TRAIN_AHEAD", "1")
+    assert ExperimentSpec.from_config(_cfg(), "s").standby_key is None
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
+    one, two = (ExperimentSpec.from_config(_cfg(), "s") for _ in range(2))
+    assert one.standby_key and two.standby_key and one.standby_key != two.standby_key
+    assert one.standby_key.isalnum() and not one.train_ahead
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "maybe")
+    with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY='maybe' is not on or off"):
+        check_environment()
+
+
+SEARCH = """
+import collections, json, pathlib, sys
+import ray
+import searchlab
+from searchlab._ray_env import ray_init_kwargs
+
+out = pathlib.Path(sys.argv[1])
+ray.init(num_cpus=2, num_gpus=1, **ray_init_kwargs())
+config = {
+    "name": "standby",
+    "entrypoint": "asha_trial:AshaTrial",
+    "hyperparameters": {
+        "global_batch_size": 4,
+        "lr": {"type": "categorical", "vals": [0.001, 0.01, 0.1, 0.3, 0.5, 1.0]},
+        "batch_log": str(out / "batches.log"),
+        "batch_sleep": 0.01,
+        # The first trial holds the GPU for seconds at its second batch, so that the
+        # second actor has started before any trial pauses (a trial that pauses first hands
+        # its actor to the second trial, and Tune drops the one still starting).
+        "slow_once": {"path": str(out / "slow"), "seconds": 8},
+    },
+    "searcher": {
+        "name": "adaptive_asha", "metric": "validation_loss", "max_trials": 6,
+        "max_length": {"batches": 16}, "mode": "aggressive", "divisor": 2, "max_rungs": 3,
+    },
+    "scheduling_unit": 2,
+    "max_restarts": 0,
+    "reproducibility": {"experiment_seed": 3},
+}
+results = searchlab.run(
+    config, model_dir=sys.argv[2], storage_path=str(out / "runs"), echo=lambda _: None
+)
+trials = results.trials
+json.dump(
+    {
+        "states": sorted(trials["state"]),
+        "best": {str(k): float(v) for k, v in zip(trials["lr"], trials["best_validation_loss"])},
+    },
+    open(out / "result.json", "w"),
+)
+"""
+
+
+@pytest.mark.ray
+def test_a_search_takes_turns_on_its_gpu(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tempfile.tempdir", None)  # the workers' temporary folder
+    script = tmp_path / "search.py"
+    script.write_text(SEARCH)
+    outcome = {}
+    locks = set(pathlib.Path(tempfile.gettempdir()).glob(f"searchlab-{os.getuid()}-standby-*"))
+    for standby in ("1", "0"):
+        out = tmp_path / f"standby-{standby}"
+        out.mkdir()
+        env = {**os.environ, "SEARCHLAB_STANDBY": standby}
+        done = subprocess.run(
+            [sys.executable, str(script), str(out), str(ASHA_MODEL)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = [line.split() for line in (out / "batches.log").read_text().splitlines()]
+        spans = sorted((float(a), float(b), int(pid)) for pid, a, b in rows)
+        outcome[standby] = (spans, __import__("json").loads((out / "result.json").read_text()))
+    spans, result = outcome["1"]
+    assert result["states"] == ["COMPLETED"] * 6
+    windows = collections.Counter(pid for *_, pid in spans)
+    assert len(windows) == 2 and min(windows.values()) >= 8  # two actors shared the GPU
+    assert _overlaps(spans) == 0  # and never trained at the same time
+    switches = sum(1 for a, b in itertools.pairwise(spans) if a[2] != b[2])
+    assert switches >= 4  # they took turns, not one after the other
+    # Each trial's training is its own: the same best result as without standby.
+    assert result["best"] == outcome["0"][1]["best"]
+    assert len({pid for *_, pid in outcome["0"][0]}) == 1  # without it: one actor per GPU
+    # The driver removed the run's lock directory.
+    assert (
+        set(pathlib.Path(tempfile.gettempdir()).glob(f"searchlab-{os.getuid()}-standby-*")) == locks
+    )
+
+
+def test_standby_needs_two_trials_per_gpu() -> None:
+    cfg = load_experiment_config(
+        {
+            "name": "s",
+            "entrypoint": "asha_trial:AshaTrial",
+            "hyperparameters": {"global_batch_size": 4, "lr": {"type": "const", "val": 0.1}},
+            "searcher": {
+                "name": "random",
+                "metric": "validation_loss",
+                "max_length": 4,
+                "max_trials": 8,
+                "max_concurrent_trials": 4,
+            },
+        },
+        model_dir=str(ASHA_MODEL),
+    )
+    assert trial_resources(cfg, _nodes(8, 2), standby=True)["gpu"] == 0.5
+    with pytest.raises(ConfigError) as err:
+        trial_resources(cfg, _nodes(8, 4), standby=True)  # 4 trials would fill 2 of 4 GPUs
+    assert "max_concurrent_trials is 4" in str(err.value)
+    assert "set max_concurrent_trials to 8 or more" in str(err.value)
+    assert trial_resources(cfg, _nodes(8, 4))["gpu"] == 1.0  # without standby: as before
