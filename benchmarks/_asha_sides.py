@@ -310,7 +310,8 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
             "mode": "aggressive",
             "divisor": 2,
             "max_rungs": len(rungs),
-            "max_concurrent_trials": CONCURRENT[0],
+            # With standby, each GPU runs one trial and holds the next one ready.
+            "max_concurrent_trials": CONCURRENT[0] * (2 if _standby() else 1),
         },
         "resources": {"cpus_per_trial": _cpus(), "slots_per_trial": SLOTS[0]},
         "scheduling_unit": work["report_every"],
@@ -329,6 +330,10 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
     return _run(began, wall, windows, **_searchlab_checkpoint_times(results))
+
+
+def _standby() -> bool:
+    return os.environ.get("SEARCHLAB_STANDBY") == "1" and torch.cuda.is_available()
 
 
 def _searchlab_with(env: dict[str, str]) -> Any:
@@ -376,4 +381,6 @@ SIDES = {
         {"SEARCHLAB_BACKGROUND_CHECKPOINTS": "at-once"}
     ),
     "searchlab_idle_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "idle"}),
+    # Two trial actors per GPU taking turns: the next trial builds while one trains.
+    "searchlab_standby": _searchlab_with({"SEARCHLAB_STANDBY": "1"}),
 }

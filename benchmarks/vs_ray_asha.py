@@ -44,6 +44,13 @@ block's kernels and copies under ``torch.profiler``, over the wall time that blo
 the unprofiled rate (the profiler slows a launch-bound loop ~40 %, not its kernels). Well
 below 1, the host's Python and kernel launches set the rate, not the GPU.
 
+``--sides`` also takes searchlab with one lever changed from its defaults (``_asha_sides.py:
+SIDES``). ``searchlab_standby`` runs it with ``SEARCHLAB_STANDBY=1``: two trial actors per
+GPU, one training at a time (``searchlab/experiment/_standby.py``), and the search's
+``max_concurrent_trials`` doubled to hold them. Its hand-overs are then the gaps between one
+trial's window and the other trial's on the same GPU, and ``wait_per_report_s`` includes
+each trial's wait for the other's window.
+
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
 GPU and with a loader of CIFAR-shaped images (4 workers, pinned memory).
