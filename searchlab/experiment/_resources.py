@@ -6,6 +6,7 @@ refused before anything starts, in one line naming what it asks and what the clu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,8 +35,8 @@ def trial_resources(
     alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
     total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
-    if standby:
-        _check_standby(cfg, total["GPU"])
+    if standby and total["GPU"] > 0:  # CPU trials are unchanged
+        _check_standby(cfg, total["GPU"], total["CPU"])
     if res.gpus_per_trial is not None:
         gpus = float(res.gpus_per_trial)
     else:
@@ -58,32 +59,47 @@ def trial_resources(
     return {"cpu": cpus, "gpu": gpus}
 
 
-def _check_standby(cfg: ExperimentConfig, cluster_gpus: float) -> None:
+def _check_standby(cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float) -> None:
     res = cfg.resources
+    fix = "unset SEARCHLAB_STANDBY or "
     if res.slots_per_trial > 1:
         what = f"resources.slots_per_trial is {res.slots_per_trial}"
-        fix = "set resources.slots_per_trial to 1"
+        fix += "set resources.slots_per_trial to 1"
     elif res.gpus_per_trial is not None:
         what = f"resources.gpus_per_trial is {res.gpus_per_trial:g}"
-        fix = "remove resources.gpus_per_trial"
+        fix += "remove resources.gpus_per_trial"
     elif is_command(cfg.entrypoint):
         what = f"entrypoint is the command {cfg.entrypoint!r}"
-        fix = "use a PyTorchTrial entrypoint"
-    elif 0 < (cap := getattr(cfg.searcher, "max_concurrent_trials", 0)) < 2 * cluster_gpus:
-        # Fewer trials than two per GPU: Ray would pack them two to a GPU, leaving GPUs idle.
-        need = int(2 * cluster_gpus)
-        raise ConfigError(
-            f"{cfg.source_name}: searcher.max_concurrent_trials is {cap}, but "
-            f"SEARCHLAB_STANDBY=1 runs two trials on each GPU (one training, one ready) and "
-            f"the Ray cluster has {cluster_gpus:g} GPU(s); set max_concurrent_trials to "
-            f"{need} or more (0: no limit), or unset SEARCHLAB_STANDBY"
-        )
+        fix += "use a PyTorchTrial entrypoint"
     else:
+        # Fewer trials at once than two per GPU: Ray would pack them two to a GPU and leave
+        # GPUs idle.
+        need = math.ceil(2 * cluster_gpus - 1e-9)
+        cpus = float(res.cpus_per_trial) if res.cpus_per_trial is not None else 1.0
+        limits = {
+            "searcher.max_concurrent_trials": getattr(cfg.searcher, "max_concurrent_trials", 0),
+            "searcher.max_trials": getattr(cfg.searcher, "max_trials", 0),
+        }
+        for key, value in limits.items():
+            if 0 < value < need:
+                raise ConfigError(
+                    f"{cfg.source_name}: {key} is {value}, but SEARCHLAB_STANDBY=1 runs two "
+                    f"trials on each GPU (one training, one ready) and the Ray cluster has "
+                    f"{cluster_gpus:g} GPU(s); set {key.rpartition('.')[2]} to {need} or more, "
+                    "or unset SEARCHLAB_STANDBY"
+                )
+        if int(cluster_cpus / cpus + 1e-9) < need:
+            raise ConfigError(
+                f"{cfg.source_name}: resources.cpus_per_trial is {cpus:g}, so the Ray cluster's "
+                f"{cluster_cpus:g} CPUs hold fewer trials than SEARCHLAB_STANDBY=1 needs (two "
+                f"per GPU, {need} for {cluster_gpus:g} GPU(s)); lower cpus_per_trial, or unset "
+                "SEARCHLAB_STANDBY"
+            )
         return
     raise ConfigError(
         f"{cfg.source_name}: {what}, but SEARCHLAB_STANDBY=1 keeps a second one-GPU trial "
         f"ready on each GPU, which only a PyTorchTrial of one slot and one whole GPU can "
-        f"share; unset SEARCHLAB_STANDBY or {fix}"
+        f"share; {fix}"
     )
 
 

@@ -22,7 +22,7 @@ from searchlab.config import (
 from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
 from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._snapshot import atomic_write, config_digest, prepare_resume
-from searchlab.experiment._spec import ExperimentSpec, check_environment
+from searchlab.experiment._spec import ExperimentSpec, check_environment, standby_switch
 
 __all__ = ["EXPERIMENT_FILE", "resume", "run"]
 
@@ -126,7 +126,8 @@ def resume(
         )
     _check_entrypoint(cfg)
     check_environment()
-    spec = ExperimentSpec.from_config(cfg, exp_dir.name)
+    standby = resumed_standby(meta, echo)
+    spec = ExperimentSpec.from_config(cfg, exp_dir.name, standby=standby)
     from searchlab.experiment._tune import run_tuner
 
     with experiment_lock(exp_dir):
@@ -136,6 +137,21 @@ def resume(
             cfg, spec, exp_dir, address=address, echo=echo, ship=_ship_env(cfg), restore=True
         )
     return _finish(cfg, exp_dir, outcome, echo)
+
+
+def resumed_standby(meta: dict[str, Any], echo: Callable[[str], None]) -> bool:
+    """Whether a resumed experiment runs with standby: as it started, whatever
+    ``SEARCHLAB_STANDBY`` says now. Its trials keep the GPU share they asked for when they
+    were created (Tune saves it with them), and half-GPU trials without the GPU lock would
+    train two at a time on one GPU; the other way round, new trials would ask for half a GPU
+    beside whole-GPU ones. Experiments from before the setting was recorded ran without."""
+    started = bool(meta.get("standby", False))
+    if standby_switch() != started:
+        echo(
+            f"note: this experiment started with SEARCHLAB_STANDBY={int(started)}; it resumes "
+            f"so (its trials keep the GPU share they were given)"
+        )
+    return started
 
 
 def _read_experiment_file(exp_dir: pathlib.Path) -> dict[str, Any]:
@@ -245,6 +261,7 @@ def _write_experiment_file(
         else str(cfg.searcher.name),
         "length_unit": spec.length_unit,
         "config_sha256": config_digest(cfg.to_dict()),
+        "standby": spec.standby_key is not None,
     }
     atomic_write(exp_dir / EXPERIMENT_FILE, json.dumps(data, indent=2, default=str))
 

@@ -12,7 +12,7 @@ from searchlab.config import ExperimentConfig
 from searchlab.errors import ConfigError
 from searchlab.experiment._idle import DEFAULT_AFTER_S, idle_after_s
 
-__all__ = ["ExperimentSpec", "check_environment"]
+__all__ = ["ExperimentSpec", "check_environment", "standby_switch"]
 
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
@@ -74,9 +74,14 @@ class ExperimentSpec:
         return self.checkpoint_writes != "off"
 
     @classmethod
-    def from_config(cls, config: ExperimentConfig, name: str) -> ExperimentSpec:
+    def from_config(
+        cls, config: ExperimentConfig, name: str, *, standby: bool | None = None
+    ) -> ExperimentSpec:
+        """The spec of ``config``; ``standby`` None reads ``SEARCHLAB_STANDBY`` (a resumed
+        experiment passes the setting it started with)."""
         searcher = config.searcher
-        standby = _flag(STANDBY_VAR, default=False)
+        if standby is None:
+            standby = standby_switch()
         module = config.entrypoint.partition(":")[0]
         max_length = searcher.max_length
         return cls(
@@ -110,8 +115,13 @@ def check_environment() -> None:
     for a bad value: called before anything is written."""
     idle_after_s()
     _flag(TRAIN_AHEAD_VAR, default=False)
-    _flag(STANDBY_VAR, default=False)
+    standby_switch()
     checkpoint_writes()
+
+
+def standby_switch() -> bool:
+    """``SEARCHLAB_STANDBY``: two trial actors per GPU taking turns (off when unset)."""
+    return _flag(STANDBY_VAR, default=False)
 
 
 def checkpoint_writes() -> CheckpointWrites:

@@ -14,18 +14,22 @@ GPU's memory should not use it.
 
 The lock is ``flock`` on a file of the node (one per GPU and run, in a directory of the
 temporary folder only this user can enter): the kernel hands it over at once and frees it
-when its holder's process dies, so a killed worker never keeps the GPU.
+when its holder's process dies, so a killed worker never keeps the GPU. Processes forked
+from a worker (its data loader's) close their copy of the lock at once: they would
+otherwise keep a killed holder's lock until they end.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import pathlib
 import shutil
 import stat
 import tempfile
+import weakref
 from collections.abc import Iterator, Sequence
 
 __all__ = ["GpuBaton", "baton_dir", "remove_baton_dir"]
@@ -47,22 +51,38 @@ def baton_dir(key: str) -> pathlib.Path:
 
 def remove_baton_dir(key: str) -> None:
     """Remove a run's lock directory on this node once its trials are over (the driver's
-    node; other nodes keep an empty directory in their temporary folder)."""
-    with contextlib.suppress(OSError, ValueError):
-        shutil.rmtree(baton_dir(key))
+    node, where it was made; other nodes keep a small directory in their temporary folder)."""
+    path = pathlib.Path(tempfile.gettempdir()) / f"searchlab-{os.getuid()}-standby-{key}"
+    with contextlib.suppress(OSError):
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(path)
+
+
+# Every open baton of this process: a forked child closes their descriptors (see above).
+_OPEN: weakref.WeakSet[GpuBaton] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    for baton in list(_OPEN):
+        baton.close()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 class GpuBaton:
     """The right to train on one GPU, held by one trial actor of a run at a time."""
 
     def __init__(self, key: str, gpu: str, node: str) -> None:
-        name = f"{node}-gpu{gpu}.lock"
-        if not name.replace("-", "").replace(".", "").isalnum():
-            raise ValueError(f"cannot name a lock after node {node!r} and GPU {gpu!r}")
+        # Named by a digest: GPU ids may be UUIDs or MIG paths, with characters a file
+        # name cannot hold.
+        name = hashlib.sha256(f"{node}\0{gpu}".encode()).hexdigest()[:32] + ".lock"
         self.path = baton_dir(key) / name
         self._fd: int | None = os.open(
             self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
+        _OPEN.add(self)
 
     @classmethod
     def for_worker(cls, key: str | None, gpu_ids: Sequence[object], node: str) -> GpuBaton | None:

@@ -142,11 +142,13 @@ class SearchlabTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         # With standby, this GPU's other trial actor trains whenever this one does not.
         turn = self._baton.held() if self._baton is not None else contextlib.nullcontext()
-        with self._idle.busy(), turn:
+        with self._idle.busy():
             assert self._runner is not None
-            # Its own failed write fails it, as a failed save did.
+            # Its own failed write fails it, as a failed save did; a write this trial must
+            # wait for is waited for before it takes the GPU.
             self._writer.before_training(self.trial_id)
-            return self._runner.step()
+            with turn:
+                return self._runner.step()
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():

@@ -8,6 +8,7 @@ GPU (the trials train on the CPU): two actors take turns, never training at the 
 from __future__ import annotations
 
 import collections
+import fcntl
 import itertools
 import os
 import pathlib
@@ -83,18 +84,45 @@ def test_one_holder_at_a_time_and_both_get_turns() -> None:
     assert _overlaps(_spans(hold=False)) > 0
 
 
-def test_other_gpus_and_runs_do_not_wait(tmp_path: pathlib.Path) -> None:
-    held = GpuBaton("k1", "0", NODE)
+def _free(baton: GpuBaton) -> bool:
+    """Whether ``baton``'s GPU is free now (probed without waiting)."""
+    assert baton._fd is not None
+    try:
+        fcntl.flock(baton._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(baton._fd, fcntl.LOCK_UN)
+    return True
+
+
+def test_other_gpus_and_runs_do_not_wait() -> None:
+    held, same = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
+    others = [GpuBaton("k1", "1", NODE), GpuBaton("k2", "0", NODE), GpuBaton("k1", "0", "d4e5")]
     with held.held():
-        for other in (GpuBaton("k1", "1", NODE), GpuBaton("k2", "0", NODE)):
-            began = time.monotonic()
-            with other.held():
-                pass
-            assert time.monotonic() - began < 1.0
-            other.close()
-    held.close()
+        assert not _free(same)  # the probe can tell a held GPU
+        assert all(_free(other) for other in others)
+    assert _free(same)
+    for baton in [held, same, *others]:
+        baton.close()
     with pytest.raises(RuntimeError, match="closed"), held.held():
         pass
+
+
+def test_a_forked_child_closes_its_copy_of_the_lock() -> None:
+    baton = GpuBaton("k1", "0", NODE)
+    fd = baton._fd
+    with baton.held():
+        pid = os.fork()
+        if pid == 0:  # a loader worker forked while the trial trains
+            try:
+                os.fstat(fd)  # type: ignore[arg-type]
+            except OSError:
+                os._exit(0 if baton._fd is None else 2)
+            os._exit(1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert baton._fd == fd  # the parent's stays open
+    baton.close()
 
 
 def test_a_killed_holder_gives_the_gpu_back(tmp_path: pathlib.Path) -> None:
@@ -150,8 +178,10 @@ def test_the_lock_directory_is_private(tmp_path: pathlib.Path) -> None:
         baton_dir("k3")
     with pytest.raises(ValueError, match="not alphanumeric"):
         baton_dir("../k")
-    with pytest.raises(ValueError, match="cannot name a lock"):
-        GpuBaton("k1", "0/../x", NODE)
+    # GPU ids that are UUIDs or MIG paths name a lock file all the same.
+    mig = GpuBaton("k1", "MIG-GPU-8a7f/1/0", NODE)
+    assert mig.path.parent == made and "/" not in mig.path.name
+    mig.close()
 
 
 def test_a_baton_only_for_one_gpu_with_standby_on() -> None:
@@ -159,8 +189,11 @@ def test_a_baton_only_for_one_gpu_with_standby_on() -> None:
     assert GpuBaton.for_worker("k1", [], NODE) is None  # a CPU trial
     assert GpuBaton.for_worker("k1", ["0", "1"], NODE) is None
     baton = GpuBaton.for_worker("k1", ["3"], NODE)
-    assert baton is not None and baton.path.name == f"{NODE}-gpu3.lock"
+    other = GpuBaton("k1", "4", NODE)
+    assert baton is not None and baton.path.name.endswith(".lock")
+    assert baton.path != other.path  # one lock per GPU
     baton.close()
+    other.close()
 
 
 def _cfg(entrypoint: str = "asha_trial:AshaTrial", **resources: Any) -> Any:
@@ -203,6 +236,38 @@ def test_standby_is_refused_where_trials_cannot_take_turns(
     message = str(err.value)
     assert "\n" not in message and named in message and fix in message
     assert "unset SEARCHLAB_STANDBY" in message
+
+
+def test_without_gpus_standby_changes_nothing() -> None:
+    cfg = _cfg(slots_per_trial=2)
+    assert trial_resources(cfg, _nodes(8, 0), standby=True) == {"cpu": 1.0, "gpu": 0.0}
+
+
+def test_standby_needs_the_cpus_for_two_trials_per_gpu() -> None:
+    assert trial_resources(_cfg(cpus_per_trial=2), _nodes(4, 1), standby=True)["gpu"] == 0.5
+    with pytest.raises(ConfigError) as err:
+        trial_resources(_cfg(cpus_per_trial=2), _nodes(6, 2), standby=True)
+    message = str(err.value)
+    assert "cpus_per_trial is 2" in message and "4 for 2 GPU(s)" in message
+    assert "lower cpus_per_trial, or unset SEARCHLAB_STANDBY" in message
+
+
+def test_a_resumed_experiment_keeps_the_setting_it_started_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from searchlab.experiment._runner import resumed_standby
+
+    said: list[str] = []
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
+    assert resumed_standby({"standby": True}, said.append) and not said
+    assert not resumed_standby({}, said.append)  # recorded before standby existed: off
+    assert said == [
+        "note: this experiment started with SEARCHLAB_STANDBY=0; it resumes so (its trials "
+        "keep the GPU share they were given)"
+    ]
+    monkeypatch.delenv("SEARCHLAB_STANDBY")
+    assert resumed_standby({"standby": True}, said.append)
+    assert "SEARCHLAB_STANDBY=1" in said[-1]
 
 
 def test_the_switch_sets_a_run_key_and_turns_train_ahead_off(
@@ -251,11 +316,13 @@ config = {
 results = searchlab.run(
     config, model_dir=sys.argv[2], storage_path=str(out / "runs"), echo=lambda _: None
 )
-trials = results.trials
+metrics = results.metrics
+first = metrics[(metrics["group"] == "validation") & (metrics["batches"] == 4)]
 json.dump(
     {
-        "states": sorted(trials["state"]),
-        "best": {str(k): float(v) for k, v in zip(trials["lr"], trials["best_validation_loss"])},
+        "states": sorted(results.trials["state"]),
+        "rung0": sorted(float(v) for v in first["validation_loss"]),
+        "standby": json.loads((results.experiment_dir / "experiment.json").read_text())["standby"],
     },
     open(out / "result.json", "w"),
 )
@@ -294,8 +361,10 @@ def test_a_search_takes_turns_on_its_gpu(
     assert _overlaps(spans) == 0  # and never trained at the same time
     switches = sum(1 for a, b in itertools.pairwise(spans) if a[2] != b[2])
     assert switches >= 4  # they took turns, not one after the other
-    # Each trial's training is its own: the same best result as without standby.
-    assert result["best"] == outcome["0"][1]["best"]
+    # Each trial's training is its own: every trial's first validation (before any
+    # promotion, which the order of results decides) is the same as without standby.
+    assert len(result["rung0"]) == 6 and result["rung0"] == outcome["0"][1]["rung0"]
+    assert result["standby"] and not outcome["0"][1]["standby"]  # recorded for a resume
     assert len({pid for *_, pid in outcome["0"][0]}) == 1  # without it: one actor per GPU
     # The driver removed the run's lock directory.
     assert (
@@ -325,3 +394,19 @@ def test_standby_needs_two_trials_per_gpu() -> None:
     assert "max_concurrent_trials is 4" in str(err.value)
     assert "set max_concurrent_trials to 8 or more" in str(err.value)
     assert trial_resources(cfg, _nodes(8, 4))["gpu"] == 1.0  # without standby: as before
+    few = load_experiment_config(
+        {
+            "name": "s",
+            "entrypoint": "asha_trial:AshaTrial",
+            "hyperparameters": {"global_batch_size": 4, "lr": {"type": "const", "val": 0.1}},
+            "searcher": {
+                "name": "random",
+                "metric": "validation_loss",
+                "max_length": 4,
+                "max_trials": 3,
+            },
+        },
+        model_dir=str(ASHA_MODEL),
+    )
+    with pytest.raises(ConfigError, match=r"searcher\.max_trials is 3, .* set max_trials to 4"):
+        trial_resources(few, _nodes(8, 2), standby=True)
