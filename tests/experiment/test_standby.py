@@ -372,8 +372,9 @@ def test_a_search_takes_turns_on_its_gpu(
     )
 
 
-def test_standby_needs_two_trials_per_gpu() -> None:
-    cfg = load_experiment_config(
+def _random_search(**searcher: Any) -> Any:
+    """A random search of the toy trial with ``searcher`` fields (``max_trials``, ...)."""
+    return load_experiment_config(
         {
             "name": "s",
             "entrypoint": "asha_trial:AshaTrial",
@@ -382,31 +383,21 @@ def test_standby_needs_two_trials_per_gpu() -> None:
                 "name": "random",
                 "metric": "validation_loss",
                 "max_length": 4,
-                "max_trials": 8,
-                "max_concurrent_trials": 4,
+                **searcher,
             },
         },
         model_dir=str(ASHA_MODEL),
     )
+
+
+def test_standby_needs_two_trials_per_gpu() -> None:
+    cfg = _random_search(max_trials=8, max_concurrent_trials=4)
     assert trial_resources(cfg, _nodes(8, 2), standby=True)["gpu"] == 0.5
     with pytest.raises(ConfigError) as err:
         trial_resources(cfg, _nodes(8, 4), standby=True)  # 4 trials would fill 2 of 4 GPUs
     assert "max_concurrent_trials is 4" in str(err.value)
     assert "set max_concurrent_trials to 8 or more" in str(err.value)
     assert trial_resources(cfg, _nodes(8, 4))["gpu"] == 1.0  # without standby: as before
-    few = load_experiment_config(
-        {
-            "name": "s",
-            "entrypoint": "asha_trial:AshaTrial",
-            "hyperparameters": {"global_batch_size": 4, "lr": {"type": "const", "val": 0.1}},
-            "searcher": {
-                "name": "random",
-                "metric": "validation_loss",
-                "max_length": 4,
-                "max_trials": 3,
-            },
-        },
-        model_dir=str(ASHA_MODEL),
-    )
+    few = _random_search(max_trials=3)
     with pytest.raises(ConfigError, match=r"searcher\.max_trials is 3, .* set max_trials to 4"):
         trial_resources(few, _nodes(8, 2), standby=True)
