@@ -35,12 +35,17 @@ from collections.abc import Iterator, Sequence
 __all__ = ["GpuBaton", "baton_dir", "remove_baton_dir"]
 
 
+def _dir_path(key: str) -> pathlib.Path:
+    """Where a run's locks live on this node (not created here)."""
+    if not key.isalnum():
+        raise ValueError(f"standby key {key!r} is not alphanumeric")
+    return pathlib.Path(tempfile.gettempdir()) / f"searchlab-{os.getuid()}-standby-{key}"
+
+
 def baton_dir(key: str) -> pathlib.Path:
     """The directory of a run's locks on this node: this user's only (mode 0700), checked to
     be a real directory of this user, not a link another user left in the shared folder."""
-    if not key.isalnum():
-        raise ValueError(f"standby key {key!r} is not alphanumeric")
-    path = pathlib.Path(tempfile.gettempdir()) / f"searchlab-{os.getuid()}-standby-{key}"
+    path = _dir_path(key)
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
     info = path.lstat()
@@ -52,8 +57,8 @@ def baton_dir(key: str) -> pathlib.Path:
 def remove_baton_dir(key: str) -> None:
     """Remove a run's lock directory on this node once its trials are over (the driver's
     node, where it was made; other nodes keep a small directory in their temporary folder)."""
-    path = pathlib.Path(tempfile.gettempdir()) / f"searchlab-{os.getuid()}-standby-{key}"
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):
+        path = _dir_path(key)
         info = path.lstat()
         if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
             shutil.rmtree(path)
