@@ -10,6 +10,7 @@ environment is the user's own opt-out).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from searchlab.experiment._compat import (
     TUNE_RESTORE_FAILED,
 )
 
-__all__ = ["connect_ray", "ray_environment", "ray_init_kwargs"]
+__all__ = ["RayConnection", "connect_ray", "ray_environment", "ray_init_kwargs"]
 
 # Read by Ray or Tune at import or run time. TUNE_GLOBAL_CHECKPOINT_S=1: Tune saves the
 # experiment state every second, so a killed driver loses at most a second of search decisions.
@@ -119,11 +120,30 @@ def ray_init_kwargs() -> dict[str, Any]:
     }
 
 
-def connect_ray(address: str | None, runtime_env: dict[str, Any] | None) -> bool:
+@dataclasses.dataclass(frozen=True)
+class RayConnection:
+    """How this run reached Ray."""
+
+    started: bool  # this call started or joined Ray (and so should shut it down)
+    working_dir: bool  # the job's runtime environment carries the model directory
+    # The environment Ray's workers inherited, where Ray started here without a runtime
+    # environment (None otherwise). Kept in memory only: it may hold the user's secrets.
+    worker_environ: dict[str, str] | None = dataclasses.field(default=None, repr=False)
+
+
+def connect_ray(
+    address: str | None, runtime_env: dict[str, Any] | None, *, prestart: bool = False
+) -> RayConnection:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start Ray here.
 
-    Returns True when this call started or joined Ray (and so should shut it down), False when
-    Ray was already initialised in this process (a notebook or the test suite).
+    ``runtime_env`` (the model directory as ``working_dir`` and the workers' ``env_vars``)
+    becomes the job's runtime environment, except where Ray starts here with ``prestart``.
+    Ray starts a worker per CPU as it starts (``ray::IDLE``), but gives a job with a runtime
+    environment none of them: each trial's actor would wait for a new process. There the
+    environment variables are set in this process while Ray starts, for all its workers to
+    inherit (``worker_environ``), and the caller ships the model directory itself
+    (``working_dir`` False), as it does when Ray was already initialised in this process (a
+    notebook or the test suite; ``started`` False).
 
     Raises:
         ConfigError: the cluster refused the connection (token authentication) or cannot be
@@ -132,15 +152,36 @@ def connect_ray(address: str | None, runtime_env: dict[str, Any] | None) -> bool
     import ray
 
     if ray.is_initialized():
-        return False
+        return RayConnection(started=False, working_dir=False)
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None and prestart:
+        env_vars = (runtime_env or {}).get("env_vars", {})
+        with _environ(env_vars):
+            inherited = dict(os.environ)  # what Ray's processes start with
+            ray.init(**ray_init_kwargs())
+        return RayConnection(started=True, working_dir=False, worker_environ=inherited)
     try:
         ray.init(address=address, runtime_env=runtime_env, **ray_init_kwargs())
     except Exception as exc:
         if address is None:
             raise
         raise ConfigError(_connect_error(address, exc)) from None
-    return True
+    return RayConnection(started=True, working_dir=runtime_env is not None)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in this process's environment for the block, then restore it."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _connect_error(address: str, exc: Exception) -> str:

@@ -21,7 +21,12 @@ from ray.tune.search import Searcher
 from searchers._base import Action, ExitReason
 from searchers._driver import FINISHED, RunnerStatus, SearchDriver
 from searchlab._failpoints import failpoint
-from searchlab.experiment._compat import end_run_resumably, keep_idle_actors, set_trial_paused
+from searchlab.experiment._compat import (
+    end_run_resumably,
+    keep_idle_actors,
+    set_trial_paused,
+    start_in_idle_workers,
+)
 from searchlab.experiment._protocol import Outcome, TrialConfig, TrialReport
 from searchlab.experiment._records import is_disk_full, trial_error_text
 from searchlab.experiment._snapshot import Snapshots
@@ -60,6 +65,10 @@ class RunControl:
         self.concurrency = concurrency
         # With standby, the idle trial actors Tune should keep (two per GPU), not yet asked.
         self.standby_actors = standby_actors
+        # Where Ray started here without a runtime environment: what its workers inherited,
+        # until the trials' actors are let into its idle workers (``start_in_idle_workers``).
+        # Never pickled: it may hold the user's secrets.
+        self.worker_environ: dict[str, str] | None = None
         # Every trial Tune holds, and those told to pause whose pause Tune has not finished
         # (their state is being saved): trial id -> Tune's ``Trial``. Not pickled: Tune
         # pickles its searcher and scheduler, and the trials are its own.
@@ -67,7 +76,7 @@ class RunControl:
         self._pausing: dict[str, Trial] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_trials": {}, "_pausing": {}}
+        return {**self.__dict__, "_trials": {}, "_pausing": {}, "worker_environ": None}
 
     def track(self, trial: Trial) -> None:
         self._trials[trial.trial_id] = trial
@@ -252,6 +261,11 @@ class SearchScheduler(FIFOScheduler):
                 if trial.status in (Trial.PENDING, Trial.RUNNING, Trial.PAUSED):
                     tune_controller.stop_trial(trial)
             return None
+        if control.worker_environ is not None and trials:
+            # Before Tune starts the first actor, so that it can take an idle worker.
+            trainable = next(iter(trials.values())).get_trainable_cls()
+            start_in_idle_workers(tune_controller, trainable, control.worker_environ)
+            control.worker_environ = None
         if control.standby_actors and trials:
             # Standby needs both actors of a GPU to stay: a paused trial's actor waits
             # in Tune's cache for the next trial instead of being stopped.

@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "TUNE_ACTOR_ENV_DEFAULTS",
     "TUNE_FLAT_DELIMITER",
     "TUNE_LOGGERS",
     "TUNE_MESSAGES_REPORTED_BY_SEARCHLAB",
@@ -29,9 +31,15 @@ __all__ = [
     "keep_idle_actors",
     "replace_restored_parts",
     "set_trial_paused",
+    "start_in_idle_workers",
     "tune_session_of",
     "with_checkpoint_path",
 ]
+
+# The environment variables Tune sets for every trainable's actor whatever the driver's
+# environment (``ray.tune.execution.class_cache.DEFAULT_ENV_VARS``), known here without
+# importing Ray Tune, which a run imports only once Ray is starting.
+TUNE_ACTOR_ENV_DEFAULTS = {"PL_DISABLE_FORK": "1"}
 
 # Tune flattens a result's nested dicts with this before schedulers and searchers see it.
 TUNE_FLAT_DELIMITER = "/"
@@ -97,6 +105,35 @@ def keep_idle_actors(tune_controller: Any, resources: Any, count: int) -> bool:
     if cache is None or not callable(getattr(cache, "increase_max", None)):
         return False
     cache.increase_max(resources, count)
+    return True
+
+
+def start_in_idle_workers(
+    tune_controller: Any, trainable_cls: Any, worker_environ: Mapping[str, str]
+) -> bool:
+    """Let ``trainable_cls``'s actors start in the idle workers Ray started beforehand.
+
+    Tune registers each trainable's actor class with a runtime environment of environment
+    variables (its defaults and some of the driver's); Ray starts an actor with a runtime
+    environment only in a worker started for that environment, never in one of its idle
+    workers. Where every one of those variables has the same value in ``worker_environ``
+    (the environment Ray's workers were started with), the class is registered without it.
+    False, with nothing changed, where the values differ, the runtime environment holds
+    anything else, or Tune has no such cache (another Ray version).
+    """
+    import ray
+
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)
+    cache = getattr(controller, "_class_cache", None)
+    registered = getattr(cache, "_cache", None)
+    if cache is None or not isinstance(registered, dict):
+        return False
+    tunes = cache.get(trainable_cls)  # Tune's own registration, as it would make it
+    runtime_env = dict(getattr(tunes, "_default_options", {}).get("runtime_env") or {})
+    env_vars = runtime_env.pop("env_vars", None) or {}
+    if runtime_env or any(worker_environ.get(k) != v for k, v in env_vars.items()):
+        return False
+    registered[trainable_cls] = ray.remote(trainable_cls)
     return True
 
 

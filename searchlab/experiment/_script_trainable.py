@@ -414,14 +414,14 @@ class ScriptTrainable(tune.Trainable):
 
 def _script_dir(spec: ExperimentSpec, command: Any) -> str:
     """Where the script runs: the model directory as shipped to this worker."""
-    probe = command.script_file or (command.module.replace(".", "/") if command.module else None)
-    cwd = pathlib.Path.cwd()
-    if probe and ((cwd / probe).exists() or (cwd / f"{probe}.py").exists()):
-        return str(cwd)
     if spec.model_archive is not None:
         import ray
 
         from searchlab.experiment._ship import unpack_model_dir
 
         return unpack_model_dir(ray.get(spec.model_archive))
+    probe = command.script_file or (command.module.replace(".", "/") if command.module else None)
+    cwd = pathlib.Path.cwd()
+    if probe and ((cwd / probe).exists() or (cwd / f"{probe}.py").exists()):
+        return str(cwd)
     return spec.model_dir

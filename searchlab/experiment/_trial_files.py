@@ -34,16 +34,23 @@ FALLBACK_KEY = "searchlab_fallback"
 
 
 def shipped_model_dir(spec: ExperimentSpec) -> str:
-    """The model directory on this worker: the job's working_dir (cwd) or the shipped zip."""
-    shipped = pathlib.Path.cwd()
-    if (shipped / spec.module_file).is_file():
-        return str(shipped)
+    """The model directory on this worker, which becomes its working directory.
+
+    The shipped zip when the run ships one (unpacked once per content), else the job's
+    ``working_dir`` (Ray's copy, already the working directory), else the directory itself.
+    The trial's code then finds files relative to its model directory, as on Determined.
+    """
     if spec.model_archive is not None:
         import ray
 
         from searchlab.experiment._ship import unpack_model_dir
 
-        return unpack_model_dir(ray.get(spec.model_archive))
+        unpacked = unpack_model_dir(ray.get(spec.model_archive))
+        os.chdir(unpacked)
+        return unpacked
+    shipped = pathlib.Path.cwd()
+    if (shipped / spec.module_file).is_file():
+        return str(shipped)
     return spec.model_dir
 
 

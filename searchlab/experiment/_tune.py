@@ -17,6 +17,7 @@ from searchlab._bytecode import uncached_bytecode_hint
 from searchlab._ray_env import connect_ray, ray_environment
 from searchlab.config import ExperimentConfig
 from searchlab.errors import ConfigError
+from searchlab.experiment._compat import TUNE_ACTOR_ENV_DEFAULTS
 from searchlab.experiment._ship import pack_model_dir
 from searchlab.experiment._spec import ExperimentSpec
 
@@ -47,17 +48,25 @@ def run_tuner(
 
         from searchlab.experiment._resources import trial_resources
 
-        started = connect_ray(address, runtime_env=ship)
+        # The user's environment variables reach the workers through Ray's runtime
+        # environment, which Ray gives none of the workers it started before the job;
+        # without them, a Ray started here hands the first trials those workers.
+        ship = {**ship, "env_vars": {**TUNE_ACTOR_ENV_DEFAULTS, **ship["env_vars"]}}
+        connection = connect_ray(
+            address, runtime_env=ship, prestart=not cfg.environment.environment_variables
+        )
+        started = connection.started
         reaper = _start_reaper() if started and not address else None
         try:
             if started and not address and (hint := uncached_bytecode_hint()):
                 echo(f"note: {hint}")
-            if not started:  # Ray was up already: the job's working_dir cannot carry the dir
+            if not connection.working_dir:  # no job working_dir carries the model directory
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
                 )
             resources = trial_resources(cfg, ray.nodes(), standby=spec.standby_key is not None)
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
+            parts.control.worker_environ = connection.worker_environ
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):
                 tuner = (
                     _restored_tuner(exp_dir, parts) if restore else _new_tuner(cfg, exp_dir, parts)

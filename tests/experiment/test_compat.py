@@ -224,3 +224,40 @@ def test_tune_keeps_as_many_idle_actors_as_standby_asks() -> None:
     assert len(idle_kept(0)) == 1  # Tune's own rule: one idle actor, the other is stopped
     assert idle_kept(2) == ["a", "b"]
     assert not keep_idle_actors(types.SimpleNamespace(), "1 GPU/2", 2)  # no such cache
+
+
+def test_searchlab_knows_the_environment_tune_gives_every_trial_actor() -> None:
+    from ray.tune.execution import class_cache
+
+    assert class_cache.DEFAULT_ENV_VARS == _compat.TUNE_ACTOR_ENV_DEFAULTS
+
+
+class _Trainable(tune.Trainable):
+    def step(self) -> dict[str, float]:
+        return {"x": 1.0}
+
+
+def test_trial_actors_may_start_in_idle_workers_only_with_the_same_environment() -> None:
+    from ray.tune.execution.class_cache import _ActorClassCache
+
+    def registered(environ: dict[str, str]) -> tuple[bool, object]:
+        controller = types.SimpleNamespace(_class_cache=_ActorClassCache())
+        wrapped = types.SimpleNamespace(_tune_controller=controller)  # what schedulers get
+        changed = _compat.start_in_idle_workers(wrapped, _Trainable, environ)
+        actor_cls = controller._class_cache.get(_Trainable)  # what Tune starts the actor with
+        return changed, actor_cls._default_options.get("runtime_env")
+
+    # The controller registers each trainable's actor class in such a cache.
+    assert "self._class_cache = _ActorClassCache()" in inspect.getsource(TuneController.__init__)
+    # Tune's own registration carries the variables in a runtime environment ...
+    tunes = _ActorClassCache().get(_Trainable)._default_options["runtime_env"]
+    assert tunes["env_vars"]["PL_DISABLE_FORK"] == "1"
+    # ... dropped where the workers inherited every one of them, with the same values,
+    assert registered({**os.environ, **tunes["env_vars"]}) == (True, None)
+    # and kept where one differs or is missing.
+    assert registered({**os.environ, **tunes["env_vars"], "PL_DISABLE_FORK": "0"}) == (
+        False,
+        tunes,
+    )
+    assert registered({}) == (False, tunes)
+    assert not _compat.start_in_idle_workers(types.SimpleNamespace(), _Trainable, {})
