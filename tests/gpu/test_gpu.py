@@ -112,6 +112,43 @@ def test_four_trials_at_a_quarter_gpu_each_train_at_the_same_time(ray_session, t
     assert (training["peers"] == 4).all()
 
 
+@pytest.mark.ray
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_run_that_starts_ray_trains_two_trials_on_two_gpus(tmp_path) -> None:
+    """``searchlab run`` starting its own Ray: the trials' actors start in workers Ray
+    started (and that imported torch) before Ray assigned them a GPU, and each still trains
+    on the GPU Ray gave it."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    records = tmp_path / "records"
+    config = _config(
+        "two-gpus",
+        {"replica": {"type": "categorical", "vals": [0, 1]}, "record_dir": str(records)},
+        resources={"slots_per_trial": 1},
+    )
+    config["hyperparameters"]["barrier"] = 2  # both trials at once, one on each GPU
+    config_file = tmp_path / "two.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    args = ["run", str(config_file), str(GPU_MODEL), "--storage-path", str(tmp_path / "runs")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "searchlab.cli", *args],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = [json.loads(p.read_text()) for p in sorted(records.glob("trial-*.json"))]
+    assert len(seen) == 2 and [r["peers"] for r in seen] == [2, 2]
+    assert len({r["cuda_visible_devices"] for r in seen}) == 2
+    assert len({r["gpu_uuid"] for r in seen}) == 2  # two physical GPUs, not one twice
+    assert "ffffffff" in {r["worker_job"] for r in seen}  # a worker Ray started beforehand
+
+
 def _fit(
     directory: pathlib.Path, hparams: dict[str, Any], batches: int, latest: str | None = None
 ) -> tuple[Any, pytorch.Trainer, str]:
