@@ -37,7 +37,6 @@ from searchlab.experiment._trial_files import (
     shipped_model_dir,
 )
 from searchlab.experiment._trial_runner import TrialRunner
-from searchlab.experiment._warmup import start_accelerator_warmup
 from searchlab.pytorch._checkpoint import write_checkpoint_files
 
 __all__ = [
@@ -113,7 +112,6 @@ class SearchlabTrainable(tune.Trainable):
 
     def setup(self, config: dict[str, Any], experiment: ExperimentSpec) -> None:  # type: ignore[override]
         gpus = [str(g) for g in ray.get_gpu_ids()]
-        start_accelerator_warmup(gpus)
         node = ray.get_runtime_context().get_node_id()
         self._baton = GpuBaton.for_worker(experiment.standby_key, gpus, node)
         self._spec = experiment

@@ -259,28 +259,6 @@ def test_a_parked_trial_holds_no_gpu_memory_and_trains_on(tmp_path) -> None:
     assert third["on_cuda"] == 1.0 and third["batches"] == 4
 
 
-def test_accelerator_warmup_initialises_cuda_in_the_background() -> None:
-    import subprocess
-    import sys
-
-    # In a fresh process: this one has CUDA initialised by the tests before.
-    script = (
-        "import torch\n"
-        "from searchlab.experiment._warmup import start_accelerator_warmup\n"
-        "assert not torch.cuda.is_initialized()\n"
-        "assert start_accelerator_warmup([]) is None\n"
-        "thread = start_accelerator_warmup(['0'])\n"
-        "thread.join(timeout=120)\n"
-        "assert torch.cuda.is_initialized()\n"
-        "x = torch.ones(4, device='cuda') @ torch.ones(4, device='cuda')\n"
-        "assert float(x) == 4.0\n"
-        "print('ok')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ok"
-
-
 def test_host_copy_of_cuda_state_is_pinned_equal_and_independent() -> None:
     """A rung end's host copy: pinned buffers filled by asynchronous copies, complete when
     ``host_copy`` returns, with the same values and memory layout, sharing nothing."""
