@@ -85,30 +85,24 @@ def ray_environment(extra: dict[str, str] | None = None) -> Iterator[_TuneMessag
 
     Yields the filter on Tune's log records, which notes a restore failure Tune logged.
     """
-    saved_env = {k: os.environ.get(k) for k in {**_RUN_ENV, **(extra or {})}}
+    # The run's defaults where the user set nothing; ``extra`` always.
+    values = {k: v for k, v in _RUN_ENV.items() if k not in os.environ} | (extra or {})
     loggers = [logging.getLogger(n) for n in _LEVELS]
     saved_levels = [lg.level for lg in loggers]
     filtered = [logging.getLogger(n) for n in TUNE_LOGGERS]
     messages = _TuneMessages()
     try:
-        for key, value in {**_RUN_ENV, **(extra or {})}.items():
-            if key not in os.environ or key in (extra or {}):
-                os.environ[key] = value
-        for lg, level in zip(loggers, _LEVELS.values()):
-            lg.setLevel(level)
-        for lg in filtered:
-            lg.addFilter(messages)
-        yield messages
+        with _environ(values):
+            for lg, level in zip(loggers, _LEVELS.values()):
+                lg.setLevel(level)
+            for lg in filtered:
+                lg.addFilter(messages)
+            yield messages
     finally:
         for lg in filtered:
             lg.removeFilter(messages)
         for lg, level in zip(loggers, saved_levels):
             lg.setLevel(level)
-        for key, saved in saved_env.items():
-            if saved is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = saved
 
 
 def ray_init_kwargs() -> dict[str, Any]:

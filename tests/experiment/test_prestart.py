@@ -159,3 +159,20 @@ def test_the_workers_environment_is_never_saved_with_the_search_state() -> None:
     assert b"do-not-write-me" not in saved
     assert pickle.loads(saved).worker_environ is None
     assert control.worker_environ == {"AWS_SECRET_ACCESS_KEY": "do-not-write-me"}
+
+
+def test_the_runs_environment_keeps_the_users_values_and_is_undone_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from searchlab._ray_env import ray_environment
+
+    monkeypatch.setenv("RAY_DEDUP_LOGS", "1")  # the user's own value of a run default
+    monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
+    monkeypatch.delenv("SEARCHLAB_EXTRA_TEST", raising=False)
+    with ray_environment({"SEARCHLAB_EXTRA_TEST": "x"}):
+        assert os.environ["RAY_DEDUP_LOGS"] == "1"
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "1"  # a default where unset
+        assert os.environ["SEARCHLAB_EXTRA_TEST"] == "x"
+    assert os.environ["RAY_DEDUP_LOGS"] == "1"
+    assert "TUNE_GLOBAL_CHECKPOINT_S" not in os.environ
+    assert "SEARCHLAB_EXTRA_TEST" not in os.environ
