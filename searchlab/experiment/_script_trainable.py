@@ -39,7 +39,7 @@ from searchlab.experiment._protocol import (
 )
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._trainable import existing_checkpoint
-from searchlab.experiment._trial_files import checkpoint_rung_length
+from searchlab.experiment._trial_files import checkpoint_rung_length, unpacked_model_dir
 from searchlab.launch._script_checkpoint import (
     RUNS_KEY,
     SAVE_KEY,
@@ -414,12 +414,9 @@ class ScriptTrainable(tune.Trainable):
 
 def _script_dir(spec: ExperimentSpec, command: Any) -> str:
     """Where the script runs: the model directory as shipped to this worker."""
-    if spec.model_archive is not None:
-        import ray
-
-        from searchlab.experiment._ship import unpack_model_dir
-
-        return unpack_model_dir(ray.get(spec.model_archive))
+    unpacked = unpacked_model_dir(spec)
+    if unpacked is not None:
+        return unpacked
     probe = command.script_file or (command.module.replace(".", "/") if command.module else None)
     cwd = pathlib.Path.cwd()
     if probe and ((cwd / probe).exists() or (cwd / f"{probe}.py").exists()):

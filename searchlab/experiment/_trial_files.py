@@ -23,6 +23,7 @@ __all__ = [
     "earlier_checkpoints",
     "load_with_fallback",
     "shipped_model_dir",
+    "unpacked_model_dir",
 ]
 
 logger = logging.getLogger("searchlab")
@@ -40,18 +41,26 @@ def shipped_model_dir(spec: ExperimentSpec) -> str:
     ``working_dir`` (Ray's copy, already the working directory), else the directory itself.
     The trial's code then finds files relative to its model directory, as on Determined.
     """
-    if spec.model_archive is not None:
-        import ray
-
-        from searchlab.experiment._ship import unpack_model_dir
-
-        unpacked = unpack_model_dir(ray.get(spec.model_archive))
+    unpacked = unpacked_model_dir(spec)
+    if unpacked is not None:
         os.chdir(unpacked)
         return unpacked
     shipped = pathlib.Path.cwd()
     if (shipped / spec.module_file).is_file():
         return str(shipped)
     return spec.model_dir
+
+
+def unpacked_model_dir(spec: ExperimentSpec) -> str | None:
+    """The run's shipped zip of the model directory, unpacked on this worker (None when the
+    run ships none: the job's ``working_dir`` carries the directory)."""
+    if spec.model_archive is None:
+        return None
+    import ray
+
+    from searchlab.experiment._ship import unpack_model_dir
+
+    return unpack_model_dir(ray.get(spec.model_archive))
 
 
 def earlier_checkpoints(path: pathlib.Path) -> list[pathlib.Path]:
