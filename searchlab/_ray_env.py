@@ -137,7 +137,9 @@ def connect_ray(
     environment variables are set in this process while Ray starts, for all its workers to
     inherit (``worker_environ``), and the caller ships the model directory itself
     (``working_dir`` False), as it does when Ray was already initialised in this process (a
-    notebook or the test suite; ``started`` False).
+    notebook or the test suite; ``started`` False). Without an address, Ray starts a new
+    instance even where ``ray start`` runs one on this machine (its address, or ``auto``,
+    joins that one).
 
     Raises:
         ConfigError: the cluster refused the connection (token authentication) or cannot be
@@ -148,19 +150,22 @@ def connect_ray(
     if ray.is_initialized():
         return RayConnection(started=False, working_dir=False)
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if address is None and prestart:
-        env_vars = (runtime_env or {}).get("env_vars", {})
-        with _environ(env_vars):
-            inherited = dict(os.environ)  # what Ray's processes start with
-            ray.init(**ray_init_kwargs())
-        return RayConnection(started=True, working_dir=False, worker_environ=inherited)
-    try:
-        ray.init(address=address, runtime_env=runtime_env, **ray_init_kwargs())
-    except Exception as exc:
-        if address is None:
-            raise
-        raise ConfigError(_connect_error(address, exc)) from None
-    return RayConnection(started=True, working_dir=runtime_env is not None)
+    if address is not None:
+        try:
+            ray.init(address=address, runtime_env=runtime_env, **ray_init_kwargs())
+        except Exception as exc:
+            raise ConfigError(_connect_error(address, exc)) from None
+        return RayConnection(started=True, working_dir=runtime_env is not None)
+    # A new instance, whose processes this one starts: by default Ray would join one that
+    # `ray start` runs on this machine, whose workers inherited nothing of this process.
+    if not prestart:
+        ray.init(address="local", runtime_env=runtime_env, **ray_init_kwargs())
+        return RayConnection(started=True, working_dir=runtime_env is not None)
+    env_vars = (runtime_env or {}).get("env_vars", {})
+    with _environ(env_vars):
+        inherited = dict(os.environ)  # what Ray's processes start with
+        ray.init(address="local", **ray_init_kwargs())
+    return RayConnection(started=True, working_dir=False, worker_environ=inherited)
 
 
 @contextlib.contextmanager

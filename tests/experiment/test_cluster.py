@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+from driver_procs import kill_ray_processes
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
 import searchlab
@@ -292,6 +293,37 @@ def test_searchlab_run_address_ships_the_model_dir_and_leaves_the_cluster_clean(
     assert "best trial:" in proc.stdout
     _check_finished(storage)
     _check_shipped(tmp_path, model_dir, local_cluster.root)
+    _check_running_and_clean(local_cluster)
+
+
+def test_searchlab_run_without_an_address_starts_its_own_ray_beside_a_running_one(
+    local_cluster: LocalCluster, tmp_path: pathlib.Path
+) -> None:
+    """Ray alone would join the cluster ``ray start`` last ran on this machine; searchlab
+    starts Ray locally, as its README says (its workers inherit the run's environment)."""
+    config_file, model_dir, storage = _experiment(tmp_path)
+    ray_tmp = pathlib.Path(tempfile.mkdtemp(prefix="slr-", dir="/tmp"))
+    try:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(local_cluster.address)
+        args = ["run", str(config_file), str(model_dir), "--storage-path", str(storage)]
+        proc = subprocess.run(
+            [str(BIN / "searchlab"), *args],
+            capture_output=True,
+            text=True,
+            env={**local_cluster.env, "RAY_TMPDIR": str(ray_tmp)},
+            cwd=tmp_path,
+            timeout=300,
+        )
+    finally:
+        kill_ray_processes(str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _check_finished(storage)
+    origins = [json.loads(f.read_text()) for f in (tmp_path / "records").glob("*.json")]
+    assert len(origins) >= 2
+    assert local_cluster.address not in {origin["gcs_address"] for origin in origins}
+    assert None not in {origin["gcs_address"] for origin in origins}
     _check_running_and_clean(local_cluster)
 
 
