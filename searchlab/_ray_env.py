@@ -21,6 +21,7 @@ from searchlab.experiment._compat import (
     TUNE_LOGGERS,
     TUNE_MESSAGES_REPORTED_BY_SEARCHLAB,
     TUNE_RESTORE_FAILED,
+    keep_prestarted_workers,
 )
 
 __all__ = ["RayConnection", "connect_ray", "ray_environment", "ray_init_kwargs"]
@@ -135,11 +136,12 @@ def connect_ray(
     Ray starts a worker per CPU as it starts (``ray::IDLE``), but gives a job with a runtime
     environment none of them: each trial's actor would wait for a new process. There the
     environment variables are set in this process while Ray starts, for all its workers to
-    inherit (``worker_environ``), and the caller ships the model directory itself
-    (``working_dir`` False), as it does when Ray was already initialised in this process (a
-    notebook or the test suite; ``started`` False). Without an address, Ray starts a new
-    instance even where ``ray start`` runs one on this machine (its address, or ``auto``,
-    joins that one).
+    inherit (``worker_environ``); Ray keeps those workers until trials take them (it would
+    kill them once Tune's placement groups reserve every CPU); and the caller ships the model
+    directory itself (``working_dir`` False), as it does when Ray was already initialised in
+    this process (a notebook or the test suite; ``started`` False). Without an address, Ray
+    starts a new instance even where ``ray start`` runs one on this machine (its address, or
+    ``auto``, joins that one).
 
     Raises:
         ConfigError: the cluster refused the connection (token authentication) or cannot be
@@ -164,7 +166,7 @@ def connect_ray(
     env_vars = (runtime_env or {}).get("env_vars", {})
     with _environ(env_vars):
         inherited = dict(os.environ)  # what Ray's processes start with
-        ray.init(address="local", **ray_init_kwargs())
+        ray.init(address="local", _system_config=keep_prestarted_workers(), **ray_init_kwargs())
     return RayConnection(started=True, working_dir=False, worker_environ=inherited)
 
 

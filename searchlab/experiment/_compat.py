@@ -29,6 +29,7 @@ __all__ = [
     "empty_host_cache",
     "end_run_resumably",
     "keep_idle_actors",
+    "keep_prestarted_workers",
     "replace_restored_parts",
     "set_trial_paused",
     "start_in_idle_workers",
@@ -135,6 +136,21 @@ def start_in_idle_workers(
         return False
     registered[trainable_cls] = ray.remote(trainable_cls)
     return True
+
+
+def keep_prestarted_workers() -> dict[str, Any]:
+    """``ray.init``'s ``_system_config`` for a Ray started here, so that it keeps the idle
+    workers it starts (one per CPU) until trials take them.
+
+    Ray's raylet kills idle workers beyond a soft limit that defaults to the CPUs still
+    unreserved: as soon as Tune's placement groups reserve every CPU (a 2-core laptop running
+    two trials), the workers it started are killed, and each trial waits for a new process.
+    The limit set to the node's CPU count keeps them, and no more workers than before.
+    Canary: ``tests/experiment/test_prestart.py`` (an unknown key stops Ray from starting).
+    """
+    from ray._private.utils import get_num_cpus
+
+    return {"num_workers_soft_limit": max(1, int(get_num_cpus()))}
 
 
 def end_run_resumably() -> None:

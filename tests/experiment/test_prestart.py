@@ -27,8 +27,10 @@ pytestmark = pytest.mark.ray
 NIL_JOB = "ffffffff"  # RAY_JOB_ID of a worker Ray started before any job asked for one
 
 CONNECT = """
-import json, os, sys
+import json, os, sys, time
 import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from searchlab._ray_env import connect_ray, ray_environment
 
 with ray_environment():
@@ -47,7 +49,14 @@ with ray_environment():
         def get(self):
             return self.seen
 
-    seen = ray.get(Probe.remote().get.remote())
+    # As Tune does: a placement group per trial, here reserving every CPU of the node. Ray's
+    # default would kill its idle workers 1 s after they became surplus to the CPUs left.
+    cpus = int(ray.cluster_resources()["CPU"])
+    group = placement_group([{"CPU": 1}] * cpus)
+    ray.get(group.ready())
+    time.sleep(2)
+    strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+    seen = ray.get(Probe.options(scheduling_strategy=strategy).remote().get.remote())
     ray.shutdown()
 print(json.dumps({
     "started": connection.started,
@@ -78,7 +87,8 @@ def test_a_ray_started_here_passes_the_environment_to_the_workers_it_started_fir
     assert seen["variable"] == seen["inherited"] == "yes"
     assert seen["driver_after"] is None
     assert "SEARCHLAB_PRESTART_TEST" not in seen["repr"]  # never printed
-    # The actor started in a worker Ray had started before the job.
+    # The actor started in a worker Ray had started before the job, kept while the
+    # placement group reserved every CPU.
     assert seen["worker_job"] == NIL_JOB
 
 
