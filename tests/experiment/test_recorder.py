@@ -154,3 +154,27 @@ def test_a_checkpoint_let_go_stays_until_a_snapshot_no_longer_names_it(
     recorder.on_step_end(2, [a])
     assert not pathlib.Path(c0.path).exists()
     assert recorder._deletions.queued == []
+
+
+def test_trials_json_holds_one_trial_per_line_and_ended_trials_stay_as_recorded(
+    tmp_path: pathlib.Path,
+) -> None:
+    recorder = _recorder_in(tmp_path)
+    a, b = _trial("a", 0.1), _trial("b", 0.2)
+    recorder.on_trial_result(0, [a, b], a, _validation(4, 0.5))
+    a.status = "TERMINATED"
+    recorder.on_step_end(0, [a, b])
+    recorder.write()
+    text = (tmp_path / "trials.json").read_text()
+    data = json.loads(text)
+    assert data["format_version"] == 2 and data["pending_deletions"] == []
+    assert {r["trial_id"]: r["state"] for r in data["trials"]} == {"a": "COMPLETED", "b": "RUNNING"}
+    assert not any(k.startswith("_") for r in data["trials"] for k in r)  # private fields stay
+    trial_lines = [line for line in text.splitlines() if line.startswith('{"trial_id"')]
+    assert [json.loads(line.rstrip(","))["trial_id"] for line in trial_lines] == ["a", "b"]
+    # An ended trial keeps its recorded state whatever Tune says of it later (a resumed run
+    # stops the ended trials it brought back), with or without the step's fast path.
+    a.status = "ERROR"
+    recorder.on_step_end(1, [a, b])
+    recorder.write()
+    assert _on_disk(tmp_path)["a"]["state"] == "COMPLETED"
