@@ -237,8 +237,6 @@ class TrialRecorder(Callback):
         if self._restored:
             self._settle_restored(trials)
         for trial in trials:
-            if trial.status in _ENDED and self._status.get(trial.trial_id) in FINISHED:
-                continue  # ended and recorded (most trials of a long search): nothing to track
             self._track_status(trial)
         if self._dirty and time.monotonic() >= self._next_write:
             self.write()
@@ -333,11 +331,13 @@ class TrialRecorder(Callback):
             self._dirty = True  # the pending list in trials.json shrank
 
     def _track_status(self, trial: Trial) -> None:
+        previous = self._status.get(trial.trial_id)
+        if previous in FINISHED and trial.status in _ENDED:
+            # Most trials of a long search, at every step; and a resumed run stops the ended
+            # trials Tune brought back: they stay as they were.
+            return
         rec = self._record(trial)
         state = _STATES.get(trial.status, trial.status)
-        previous = self._status.get(trial.trial_id)
-        if previous in FINISHED and state in FINISHED:
-            return  # a resumed run stops the ended trials Tune brought back: they stay as they were
         if state == "ERRORED" and trial.trial_id in self._control.disk_full:
             state = "PAUSED"  # stopped by a full disk, not by its own fault: it resumes
         if rec["state"] == "INVALID_HP":
