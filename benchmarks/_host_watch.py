@@ -39,7 +39,8 @@ class HostSample:
     """One look at the host: when, each CPU's (busy, idle, steal) seconds so far, each
     process's (name, parent, CPU seconds so far, start in seconds after boot), each CPU's
     clock in MHz, for the watched pids each thread's (CPU it last ran on, CPU seconds so
-    far), and when the machine booted (Unix time)."""
+    far), when the machine booted (Unix time), and when the look ended (``read``: each
+    reading was taken between ``when`` and ``read``; 0 where unknown)."""
 
     when: float
     cpus: dict[int, tuple[float, float, float]]
@@ -47,6 +48,7 @@ class HostSample:
     mhz: dict[int, float] = field(default_factory=dict)
     threads: dict[int, dict[int, tuple[int, float]]] = field(default_factory=dict)
     boot: float = 0.0
+    read: float = 0.0
 
 
 def cpu_times(proc: pathlib.Path = PROC) -> dict[int, tuple[float, float, float]]:
@@ -175,15 +177,18 @@ def numa_nodes(sys_cpu: pathlib.Path = SYS_CPU) -> dict[int, int]:
 def sample(
     focus: Iterable[int] = (), proc: pathlib.Path = PROC, sys_cpu: pathlib.Path = SYS_CPU
 ) -> HostSample:
+    when = time.time()
     cpus = cpu_times(proc)
-    return HostSample(
-        time.time(),
+    look = HostSample(
+        when,
         cpus,
         process_times(proc),
         cpu_mhz(cpus, sys_cpu, proc),
         {pid: thread_places(pid, proc) for pid in focus},
         boot_time(proc),
     )
+    look.read = time.time()
+    return look
 
 
 def placement(

@@ -3,6 +3,7 @@ rank's threads ran, from ``/proc`` and ``/sys``."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import subprocess
@@ -16,6 +17,7 @@ from _host_watch import (
     CLOCK_TICKS,
     HostSample,
     HostWatch,
+    _nearest,
     boot_time,
     cpu_mhz,
     cpu_times,
@@ -224,14 +226,31 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _bounds(
+    readings: list[tuple[float, float, float]], first: HostSample, last: HostSample
+) -> tuple[float, float]:
+    """The least and the most CPU seconds a process can have used between the watch's
+    readings of it in ``first`` and ``last``, from this test's own ``(before, CPU, after)``
+    readings of it: the watch read it somewhere in each sample's ``when``..``read``."""
+
+    def at_least(t: float) -> float:  # its CPU at time t is at least this
+        return max((cpu for _, cpu, after in readings if after <= t), default=0.0)
+
+    def at_most(t: float) -> float:
+        return min((cpu for before, cpu, _ in readings if before >= t), default=float("inf"))
+
+    return at_least(last.when) - at_most(first.read), at_most(last.read) - at_least(first.when)
+
+
 @pytest.mark.skipif(not pathlib.Path("/proc/stat").exists(), reason="needs Linux /proc")
 def test_the_watch_counts_a_rank_its_child_and_this_process_apart() -> None:
     rank = subprocess.Popen([sys.executable, "-c", _RANK])
     stop = threading.Event()
+    data = os.urandom(1 << 20)
 
-    def spin() -> None:
+    def spin() -> None:  # busy in this process, hashing without the GIL
         while not stop.is_set():
-            pass
+            hashlib.sha256(data).digest()
 
     spinner = threading.Thread(target=spin)
     try:
@@ -240,23 +259,40 @@ def test_the_watch_counts_a_rank_its_child_and_this_process_apart() -> None:
             while not _children(rank.pid) and time.time() < deadline:
                 time.sleep(0.05)
             (child,) = _children(rank.pid)
+            pids = (rank.pid, child, os.getpid())
+            readings: list[list[tuple[float, float, float]]] = [[] for _ in pids]
+
+            def look() -> None:
+                for pid, mine in zip(pids, readings):
+                    before = time.time()
+                    cpu = _process_cpu(pid)
+                    mine.append((before, cpu, time.time()))
+
             spinner.start()
+            look()
             time.sleep(0.3)
             began = time.time()
-            cpu_began = [_process_cpu(p) for p in (rank.pid, child, os.getpid())]
-            time.sleep(1.5)
+            while time.time() < began + 1.5:
+                look()
+                time.sleep(0.02)
             ended = time.time()
-            cpu_ended = [_process_cpu(p) for p in (rank.pid, child, os.getpid())]
             time.sleep(0.2)
+        look()  # after the watch's last look
         assert watch.errors == []
         got = watch.summary(began, ended, [rank.pid])
-        used = [(b - a) / (ended - began) for a, b in zip(cpu_began, cpu_ended)]
-        assert min(used) > 0.05
-        # Each group against the process's own CPU time over the same window, however
-        # loaded this machine is.
-        for group, cores in zip(("ranks", "loader workers", "this process"), used):
-            assert got["groups"][group] == pytest.approx(cores, rel=0.3, abs=0.03), group
-        assert got["busy_cores"] >= sum(used) * 0.75
+        first, last = _nearest(watch.samples, began), _nearest(watch.samples, ended)
+        seconds = last.when - first.when
+        assert got["seconds"] == seconds > 1.0
+        # Each group within what its process can have used between the watch's two readings
+        # of it, from this test's readings around them: exact however loaded this machine
+        # is, and apart (the rank's child counted with the rank would double the rank's).
+        spent = []
+        for group, mine in zip(("ranks", "loader workers", "this process"), readings):
+            least, most = _bounds(mine, first, last)
+            assert least / seconds > 0.05, group
+            assert least / seconds - 0.001 <= got["groups"][group] <= most / seconds + 0.001, group
+            spent.append(least)
+        assert got["busy_cores"] >= sum(spent) / seconds * 0.9
         assert 0 < got["cpus"] == len(cpu_times())
         if numa_nodes():  # the spinning thread ran on this machine's nodes
             (shares,) = got["rank_numa_nodes"].values()
