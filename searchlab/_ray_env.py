@@ -21,6 +21,7 @@ from searchlab.experiment._compat import (
     TUNE_LOGGERS,
     TUNE_MESSAGES_REPORTED_BY_SEARCHLAB,
     TUNE_RESTORE_FAILED,
+    TUNE_SLOW_OPERATION,
     keep_prestarted_workers,
 )
 
@@ -57,8 +58,9 @@ class _TuneMessages(logging.Filter):
     """Keeps Ray Tune's messages that matter (placement, resources) on one line each, and
     drops what searchlab reports itself, in its own words: each trial failure (one line per
     trial, traceback in ``Results``), a failed restore (a one-line error that says what to
-    do), and the end-of-run advice that names Ray's API (``Tuner.restore``) instead of
-    ``searchlab resume``. Notes the reason of a failed restore for that error."""
+    do), the end-of-run advice that names Ray's API (``Tuner.restore``) instead of
+    ``searchlab resume``, and the warnings that one of Tune's own operations was slow (a line
+    per slow call on a busy driver). Notes the reason of a failed restore for that error."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,7 +71,10 @@ class _TuneMessages(logging.Filter):
         if message.startswith(TUNE_RESTORE_FAILED) and record.exc_info:
             exc = record.exc_info[1]
             self.restore_failure = f"{type(exc).__name__}: {exc}"
-        if message.startswith(TUNE_MESSAGES_REPORTED_BY_SEARCHLAB):
+        if (
+            message.startswith(TUNE_MESSAGES_REPORTED_BY_SEARCHLAB)
+            or TUNE_SLOW_OPERATION in message
+        ):
             return False
         if record.exc_info and record.exc_info[1] is not None:  # a traceback: one line instead
             exc = record.exc_info[1]

@@ -23,6 +23,7 @@ __all__ = [
     "TUNE_LOGGERS",
     "TUNE_MESSAGES_REPORTED_BY_SEARCHLAB",
     "TUNE_RESTORE_FAILED",
+    "TUNE_SLOW_OPERATION",
     "TUNE_STATE_PATTERNS",
     "checkpoint_path_of",
     "clear_cublas_workspaces",
@@ -54,6 +55,7 @@ TUNE_LOGGERS = (
     "ray.tune.analysis.experiment_analysis",
     "ray.tune.result_grid",
     "ray._private.worker",
+    "ray.tune.utils.util",
 )
 TUNE_MESSAGES_REPORTED_BY_SEARCHLAB = (
     "Trial task failed for trial",
@@ -65,6 +67,10 @@ TUNE_MESSAGES_REPORTED_BY_SEARCHLAB = (
     "Unhandled error (suppress with",
 )
 TUNE_RESTORE_FAILED = "Failed to restore the run state"
+# ``warn_if_slow``'s warnings about Tune's own operations on a busy driver ("The
+# `process_trial_result` operation took 0.6 s, which may be a performance bottleneck."): one
+# per slow call, naming Tune internals a searchlab user neither calls nor can change.
+TUNE_SLOW_OPERATION = "which may be a performance bottleneck"
 
 # The files Tune's experiment checkpoint writes into the driver's staging directory and syncs
 # to the experiment directory, one set per driver session (``<session>`` is a timestamp).

@@ -7,11 +7,13 @@ the message says what, so the fix is made there before any experiment breaks.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import pathlib
 import re
 import signal
 import subprocess
+import time
 import types
 
 import pytest
@@ -261,3 +263,35 @@ def test_trial_actors_may_start_in_idle_workers_only_with_the_same_environment()
     )
     assert registered({}) == (False, tunes)
     assert not _compat.start_in_idle_workers(types.SimpleNamespace(), _Trainable, {})
+
+
+def test_tunes_slow_operation_warnings_are_dropped_during_a_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ray.tune.utils import util
+
+    from searchlab._ray_env import ray_environment
+
+    monkeypatch.setattr(util, "START_OF_TIME", 0.0)  # Tune warns only after its first minute
+    logger = logging.getLogger(util.__name__)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+
+    def slow(name: str) -> None:
+        with util.warn_if_slow(name, threshold=0.01):
+            time.sleep(0.03)
+
+    try:
+        slow("before")
+        with ray_environment():
+            slow("process_trial_result")
+        slow("after")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [m.split("`")[1] for m in seen] == ["before", "after"]
+    assert all(_compat.TUNE_SLOW_OPERATION in m for m in seen)
