@@ -28,6 +28,7 @@ NIL_JOB = "ffffffff"  # RAY_JOB_ID of a worker Ray started before any job asked 
 
 CONNECT = """
 import json, os, sys, time
+import psutil
 import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -49,9 +50,30 @@ with ray_environment():
         def get(self):
             return self.seen
 
+    # The workers Ray started, once idle (done importing: their CPU time stands still), however
+    # slowly a loaded machine starts them.
+    cpus = int(ray.cluster_resources()["CPU"])
+    raylet = psutil.Process(ray._private.worker._global_node.all_processes["raylet"][0].process.pid)
+
+    def idle_workers():
+        found = {}
+        for child in raylet.children():
+            try:
+                if child.cmdline()[:1] == ["ray::IDLE"]:
+                    found[child.pid] = sum(child.cpu_times()[:2])
+            except psutil.Error:
+                continue
+        return found
+
+    deadline, before = time.time() + 120, {}
+    while time.time() < deadline:
+        now = idle_workers()
+        if len(now) >= cpus and now == before:
+            break
+        before = now
+        time.sleep(0.5)
     # As Tune does: a placement group per trial, here reserving every CPU of the node. Ray's
     # default would kill its idle workers 1 s after they became surplus to the CPUs left.
-    cpus = int(ray.cluster_resources()["CPU"])
     group = placement_group([{"CPU": 1}] * cpus)
     ray.get(group.ready())
     time.sleep(2)
