@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from _host_watch import cpu_seconds, parse_stat, task_stats
 
@@ -32,7 +32,18 @@ PROC = pathlib.Path("/proc")
 # A full scan of /proc once the ranks are known: often enough to see a late loader worker.
 RESCAN_S = 2.0
 
-Samples = list[tuple[float, dict[int, tuple[str, float]]]]
+
+class ThreadSample(NamedTuple):
+    """One look at one process's threads: when it began, each thread's (name, CPU seconds so
+    far), and when it ended (``read``: each thread was read between ``when`` and ``read``; 0
+    where unknown). A plain ``(when, threads)`` pair reads the same."""
+
+    when: float
+    threads: dict[int, tuple[str, float]]
+    read: float = 0.0
+
+
+Samples = list[ThreadSample]
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,17 @@ def thread_times(pid: int, proc: pathlib.Path = PROC) -> dict[int, tuple[str, fl
     return out
 
 
+def window(samples: Samples, began: float, ended: float) -> tuple[ThreadSample, ...] | None:
+    """The samples nearest ``began`` and ``ended`` among those within a second of them, which
+    ``thread_shares`` counts between; None with fewer than two."""
+    inside = [s for s in samples if began - 1.0 <= s[0] <= ended + 1.0]
+    if len(inside) < 2:
+        return None
+    first = min(inside, key=lambda s: abs(s[0] - began))
+    last = min(inside, key=lambda s: abs(s[0] - ended))
+    return first, last
+
+
 def thread_shares(samples: Samples, began: float, ended: float) -> dict[str, Any]:
     """CPU of one process's threads between the samples nearest ``began`` and ``ended``:
     each busy thread's share of a core (name, share; > 0.5% only), and the total.
@@ -146,18 +168,17 @@ def thread_shares(samples: Samples, began: float, ended: float) -> dict[str, Any
     A thread that ended inside the window counts up to its last sample; one that started
     inside it counts from zero (all its CPU time is inside the window).
     """
-    inside = [s for s in samples if began - 1.0 <= s[0] <= ended + 1.0]
-    if len(inside) < 2:
+    ends = window(samples, began, ended)
+    if ends is None:
         return {}
-    first = min(inside, key=lambda s: abs(s[0] - began))
-    last = min(inside, key=lambda s: abs(s[0] - ended))
+    first, last = ends
     seconds = last[0] - first[0]
     if seconds <= 0:
         return {}
     latest: dict[int, tuple[str, float]] = {}
-    for when, threads in inside:
-        if first[0] <= when <= last[0]:
-            latest.update(threads)
+    for s in samples:
+        if first[0] <= s[0] <= last[0]:
+            latest.update(s[1])
     shares = [
         (name, (cpu - first[1].get(tid, (name, 0.0))[1]) / seconds)
         for tid, (name, cpu) in latest.items()
@@ -272,9 +293,11 @@ class RankWatch:
                 for pid, slot in self._slot.items():
                     if self.pinning is not None and _pin(pid, self._own[slot]):
                         self.pinning["ranks"][str(pid)] = sorted(self._own[slot])
+                    when = time.time()
                     threads = thread_times(pid)
                     if threads:  # nothing: the process has ended
-                        self.samples.setdefault(pid, []).append((time.time(), threads))
+                        look = ThreadSample(when, threads, time.time())
+                        self.samples.setdefault(pid, []).append(look)
                 if self.pinning is not None:
                     workers.update(pid for pid in children if _pin(pid, self._rest))
                     self.pinning["loader_workers"] = len(workers)

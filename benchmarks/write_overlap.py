@@ -117,11 +117,13 @@ class Writer:
     def begin(self) -> None:
         """Start writing; return once the first write has started (as a rung end's write
         starts with the window after it)."""
-        self.sig.idle.clear()
         self.sig.started.clear()
         self.sig.go.set()
         if not self.sig.started.wait(60):
             raise SystemExit("the writer did not start a write within 60 s")
+        # Only now: until go was seen the loop kept setting idle, and end() must wait for
+        # the write in flight.
+        self.sig.idle.clear()
 
     def end(self) -> None:
         """Stop writing and wait for a write that runs past the block (counted in it)."""

@@ -15,12 +15,14 @@ from _host_watch import CLOCK_TICKS
 from _rank_watch import (
     RankMatch,
     RankWatch,
+    ThreadSample,
     _processes,
     classify,
     core_plan,
     physical_cores,
     thread_shares,
     thread_times,
+    window,
 )
 
 
@@ -119,10 +121,31 @@ def test_thread_shares_count_the_window_between_the_nearest_samples() -> None:
     assert thread_shares(samples[:1], began=100.0, ended=110.0) == {}
 
 
-def _process_cpu(pid: int) -> float:
-    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+def _threads_cpu(pid: int) -> float:
+    """The CPU seconds of ``pid``'s threads so far, read as the watch reads them (a process's
+    own count, rounded on its own, may differ from its threads' by a few clock ticks)."""
+    total = 0.0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return total
+
+
+def _bounds(
+    readings: list[tuple[float, float, float]], first: ThreadSample, last: ThreadSample
+) -> tuple[float, float]:
+    """The least and the most CPU seconds a process can have used between the watch's
+    readings of it in ``first`` and ``last``, from this test's own ``(before, CPU, after)``
+    readings of it: the watch read it somewhere in each sample's ``when``..``read``."""
+
+    def at_least(t: float) -> float:  # its CPU at time t is at least this
+        return max((cpu for _, cpu, after in readings if after <= t), default=0.0)
+
+    def at_most(t: float) -> float:
+        return min((cpu for before, cpu, _ in readings if before >= t), default=float("inf"))
+
+    return at_least(last.when) - at_most(first.read), at_most(last.read) - at_least(first.when)
 
 
 # A "launcher" starts a "rank" that forks a sleeping "loader worker" (same command line)
@@ -165,16 +188,26 @@ def test_the_watch_pins_a_rank_and_its_child_and_samples_the_ranks_cpu() -> None
     try:
         plan = ([{cpus[0]}], set(cpus[1:]))
         with RankWatch(_tagged(tag), ranks=1, plan=plan, period_s=0.05) as watch:
-            deadline = time.time() + 10
+            deadline = time.time() + 60
             while time.time() < deadline and not (
                 watch.pinning and watch.pinning["ranks"] and watch.pinning["loader_workers"]
             ):
                 time.sleep(0.05)
             (rank,) = [int(pid) for pid in watch.pinning["ranks"]] if watch.pinning else [0]
-            began, cpu_began = time.time(), _process_cpu(rank)
-            time.sleep(1.5)
-            ended, cpu_ended = time.time(), _process_cpu(rank)
-            time.sleep(0.2)
+            readings: list[tuple[float, float, float]] = []
+
+            def look() -> None:
+                before = time.time()
+                cpu = _threads_cpu(rank)
+                readings.append((before, cpu, time.time()))
+
+            look()
+            began = time.time() + 0.3  # the window, with this test's readings all around it
+            ended = began + 1.5
+            while time.time() < ended + 0.2:
+                time.sleep(0.02)
+                look()
+        look()  # after the watch's last look
         assert watch.errors == []
         assert watch.pinning == {"ranks": {str(rank): [cpus[0]]}, "loader_workers": 1}
         assert os.sched_getaffinity(rank) == {cpus[0]}
@@ -182,10 +215,16 @@ def test_the_watch_pins_a_rank_and_its_child_and_samples_the_ranks_cpu() -> None
         assert os.sched_getaffinity(child) == set(cpus[1:])
         (shares,) = watch.threads(began, ended)
         assert shares["pid"] == rank
-        # The process's own CPU time over the same window, however loaded this machine is.
-        used = (cpu_ended - cpu_began) / (ended - began)
-        assert used > 0.05
-        assert shares["cpu_cores"] == pytest.approx(used, rel=0.25)
+        ends = window(watch.samples[rank], began, ended)
+        assert ends is not None
+        first, last = ends
+        seconds = last.when - first.when
+        assert shares["seconds"] == seconds > 0
+        # Within what the rank can have used between the watch's two readings of it, from this
+        # test's readings around them: exact however loaded this machine is.
+        least, most = _bounds(readings, first, last)
+        assert least / seconds > 0.05
+        assert least / seconds - 0.001 <= shares["cpu_cores"] <= most / seconds + 0.001
     finally:
         _kill(tag)
         launcher.wait(timeout=10)
@@ -197,7 +236,7 @@ def test_without_a_plan_the_watch_only_samples_and_says_when_ranks_are_missing()
     launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, sleeper, tag, f"{tag}-launch"])
     try:
         with RankWatch(_tagged(tag), ranks=2, period_s=0.05) as watch:
-            deadline = time.time() + 10
+            deadline = time.time() + 60
             while time.time() < deadline and sum(map(len, watch.samples.values())) < 3:
                 time.sleep(0.05)
         (rank,) = watch.samples

@@ -56,10 +56,13 @@ def test_the_write_loop_writes_only_while_asked_a_period_apart(tmp_path: pathlib
     try:
         time.sleep(0.3)
         assert sig.done.value == 0  # go is clear: nothing but the untimed first write
-        sig.idle.clear()
         began = time.perf_counter()
         sig.go.set()
-        time.sleep(0.45)
+        deadline = time.monotonic() + 30
+        while sig.done.value < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sig.done.value >= 2  # it writes on while go stays set
+        sig.idle.clear()  # only now: while go was clear the writer kept setting it
         sig.go.clear()
         assert sig.idle.wait(30)  # back to waiting once the write in flight is done
         took = time.perf_counter() - began

@@ -21,6 +21,7 @@ from toy_experiment import TOY_MODEL_DIR, toy_config
 import searchlab
 from searchlab.config import load_experiment_config
 from searchlab.errors import ConfigError
+from searchlab.experiment import _idle
 from searchlab.experiment._idle import ENV_VAR, IdleRelease, idle_after_s
 from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._spec import ExperimentSpec
@@ -38,20 +39,59 @@ def test_release_runs_once_after_the_actor_idled_past_the_delay() -> None:
     calls, release = _counter()
     idle = IdleRelease(release, after_s=0.05)
     idle.arm()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(calls) == 1
     time.sleep(0.1)
     assert len(calls) == 1  # once per arm
 
 
-def test_a_call_before_the_delay_cancels_the_release() -> None:
+class _Timer:
+    """Stands in for ``threading.Timer`` in ``_idle``: it comes due when the test says, in a
+    thread of its own (``due``), whether or not it was cancelled, as a real timer already due
+    when cancelled does."""
+
+    def __init__(
+        self, interval: float, function: Any, args: Any = None, kwargs: Any = None
+    ) -> None:
+        self.due = threading.Thread(target=function, args=args or (), kwargs=kwargs)
+        self.daemon = False
+        self.started = self.cancelled = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_call_before_the_delay_cancels_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    timers: list[_Timer] = []
+
+    def timer(*args: Any, **kwargs: Any) -> _Timer:
+        timers.append(_Timer(*args, **kwargs))
+        return timers[-1]
+
+    # Only _idle's timers are stand-ins: its module sees a copy of threading with this Timer.
+    fake = types.SimpleNamespace(**{**vars(threading), "Timer": timer})
+    monkeypatch.setattr(_idle, "threading", fake)
     calls, release = _counter()
     idle = IdleRelease(release, after_s=0.2)
     idle.arm()
+    (armed,) = timers
+    assert armed.started and not armed.cancelled
     with idle.busy():
-        time.sleep(0.3)  # the timer comes due while the call runs
-    time.sleep(0.3)
+        assert armed.cancelled
+        armed.due.start()  # the timer comes due while the call runs
+    armed.due.join(30)
+    assert not armed.due.is_alive()
     assert calls == []
+    idle.arm()  # armed again and left idle: the same stand-in releases
+    timers[1].due.start()
+    timers[1].due.join(30)
+    assert not timers[1].due.is_alive()
+    assert len(calls) == 1
 
 
 def test_a_release_in_progress_finishes_before_the_next_call_runs() -> None:
@@ -65,7 +105,7 @@ def test_a_release_in_progress_finishes_before_the_next_call_runs() -> None:
 
     idle = IdleRelease(slow_release, after_s=0.01)
     idle.arm()
-    assert started.wait(2)
+    assert started.wait(30)
     with idle.busy():
         order.append("call")
     assert order == ["released", "call"]
