@@ -201,18 +201,35 @@ searchlab.run(sys.argv[2], model_dir=sys.argv[3], storage_path=sys.argv[4])
 """
 
 
-def _experiment(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
-    """A copy of the toy model directory and a 2-trial grid config that records imports."""
+BARRIER_TRIAL = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "barrier_trial"
+
+
+def _experiment(
+    tmp_path: pathlib.Path, *, together: bool = False
+) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """A copy of the toy model directory and a 2-trial grid config that records imports.
+
+    ``together``: each trial, once built, waits until both have been built before it trains
+    (``barrier_trial.py``, copied beside the toy model). A waiting trial holds its node's one
+    CPU, so the trials run at the same time, one on each node, however long either node's
+    worker takes to start."""
     model_dir = tmp_path / "model"
     shutil.copytree(TOY_MODEL_DIR, model_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    hyperparameters: dict[str, Any] = {
+        "hidden": {"type": "categorical", "vals": [4, 8]},
+        "record_dir": str(tmp_path / "records"),
+    }
+    fields: dict[str, Any] = {}
+    if together:
+        shutil.copy(BARRIER_TRIAL / "barrier_trial.py", model_dir)
+        fields["entrypoint"] = "barrier_trial:BarrierTrial"
+        hyperparameters["barrier_dir"] = str(tmp_path / "barrier")
+        hyperparameters["barrier_parties"] = 2
     config = toy_config(
         "cluster-run",
-        hyperparameters={
-            "hidden": {"type": "categorical", "vals": [4, 8]},
-            "batch_sleep_s": 0.5,  # 3 s a trial: both trials run at once, one on each node
-            "record_dir": str(tmp_path / "records"),
-        },
+        hyperparameters=hyperparameters,
         searcher={"name": "grid", "max_length": {"batches": 6}},
+        **fields,
     )
     config_file = tmp_path / "cluster.yaml"
     config_file.write_text(yaml.safe_dump(config))
@@ -276,7 +293,7 @@ def _check_running_and_clean(cluster: LocalCluster) -> None:
 def test_searchlab_run_address_ships_the_model_dir_and_leaves_the_cluster_clean(
     local_cluster: LocalCluster, tmp_path: pathlib.Path
 ) -> None:
-    config_file, model_dir, storage = _experiment(tmp_path)
+    config_file, model_dir, storage = _experiment(tmp_path, together=True)
     proc = subprocess.run(
         [
             str(BIN / "searchlab"),

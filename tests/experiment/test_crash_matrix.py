@@ -10,18 +10,23 @@ so the search, is the same in every run.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import pathlib
 import re
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 from driver_procs import (
+    RUN_TIMEOUT_S,
+    WAIT_TIMEOUT_S,
     last_rung_table,
     ray_pids,
     ray_tmpdir,
@@ -72,6 +77,20 @@ KILL_POINTS = [
     ("write-trials.json", 9),  # trials.json's temporary file is written
 ]
 
+GONE_TIMEOUT_S = 120  # longest a killed driver's Ray may outlive it (its reaper ends it)
+FINISH_TIMEOUT_S = 300  # longest a driver let go on (SIGCONT) may take to finish the search
+FULL_DISK_EXIT_S = 120  # longest a driver may take to stop once its disk is full
+STOP_TIMEOUT_S = 60  # longest a driver sent SIGSTOP may take to show as stopped
+SLACK_S = 120  # a test's own work besides its waits (copies, reading results, clean-ups)
+# The module's fixtures, each built (one whole ``searchlab`` process) within the first test
+# that uses it, whichever that is: pytest-timeout counts fixture set-up in the test's time.
+UNINTERRUPTED_S = KILLED_S = RUN_TIMEOUT_S
+
+
+def _time_limit(*waits: float) -> pytest.MarkDecorator:
+    """A test's time limit: the sum of its waits' own limits (fixtures included), and slack."""
+    return pytest.mark.timeout(sum(waits) + SLACK_S)
+
 
 def _config_file(tmp: pathlib.Path) -> pathlib.Path:
     path = tmp / "adaptive.yaml"
@@ -107,6 +126,7 @@ def _resume(exp_dir: pathlib.Path, ray_tmp: str, log: pathlib.Path, *extra: str)
     return run_to_end(["resume", str(exp_dir), *extra], ray_tmp, log)
 
 
+@_time_limit(UNINTERRUPTED_S, RUN_TIMEOUT_S, GONE_TIMEOUT_S, RUN_TIMEOUT_S)
 @pytest.mark.parametrize(("point", "count"), KILL_POINTS, ids=[p for p, _ in KILL_POINTS])
 def test_kill_then_resume_ends_as_an_uninterrupted_run(
     point: str, count: int, tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
@@ -128,9 +148,7 @@ def test_kill_then_resume_ends_as_an_uninterrupted_run(
     _assert_checkpoints_kept(exp_dir)
 
 
-def _wait_until_gone(ray_tmp: str, timeout: float = 30) -> None:
-    import time
-
+def _wait_until_gone(ray_tmp: str, timeout: float = GONE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while ray_pids(ray_tmp) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -170,6 +188,7 @@ def _truncate(path: pathlib.Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+@_time_limit(KILLED_S, UNINTERRUPTED_S, RUN_TIMEOUT_S)
 @pytest.mark.parametrize(
     "pattern", ["experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl"]
 )
@@ -187,6 +206,7 @@ def test_truncated_tune_state_is_restored_from_the_snapshot(
     assert last_rung_table(log) == uninterrupted["rungs"]
 
 
+@_time_limit(KILLED_S, RUN_TIMEOUT_S)
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -212,6 +232,7 @@ def test_a_damaged_state_file_is_refused_in_one_line(
     assert _tree(exp_dir) == before  # nothing written, nothing deleted
 
 
+@_time_limit(KILLED_S, RUN_TIMEOUT_S, RUN_TIMEOUT_S)
 def test_an_edited_config_is_refused_naming_the_change_then_force_restart_runs_it(
     killed: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
@@ -233,6 +254,7 @@ def test_an_edited_config_is_refused_naming_the_change_then_force_restart_runs_i
     assert len(restarted.trials) == 16 and (restarted.trials["state"] == "COMPLETED").all()
 
 
+@_time_limit(KILLED_S, UNINTERRUPTED_S, RUN_TIMEOUT_S)
 def test_resuming_a_copy_leaves_the_original_untouched(
     killed: pathlib.Path, tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
 ) -> None:
@@ -247,22 +269,59 @@ def test_resuming_a_copy_leaves_the_original_untouched(
     assert str(original) not in (copy / "trials.json").read_text()
 
 
+@_time_limit(KILLED_S, WAIT_TIMEOUT_S, STOP_TIMEOUT_S, RUN_TIMEOUT_S, FINISH_TIMEOUT_S)
 def test_a_second_driver_on_the_same_directory_is_refused(
     killed: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     exp_dir = _copy(killed, tmp_path)
+    lock = exp_dir / LOCK_FILE
     with ray_tmpdir() as ray_tmp:
         first = start(["resume", str(exp_dir)], ray_tmp, tmp_path / "first.log")
         try:
             wait_for(tmp_path / "first.log", "continues")
+            # Stopped, the first driver cannot finish the search (and let the lock go) while
+            # the second one starts up; a stopped process keeps its open files, its flock too.
+            first.send_signal(signal.SIGSTOP)
+            _wait_until_stopped(first)
+            assert _flock_held(lock) and json.loads(lock.read_text())["pid"] == first.pid
             second = tmp_path / "second.log"
-            assert _resume(exp_dir, ray_tmp, second) == 2
+            assert _resume(exp_dir, ray_tmp, second) == 2, second.read_text()
             line = second.read_text().strip()
             assert f"in use by another searchlab driver (pid {first.pid} on" in line, line
-            assert first.wait(timeout=300) == 0
+            assert _state(first) == "T"  # the first was stopped all along: it held the lock
+            first.send_signal(signal.SIGCONT)
+            assert first.wait(timeout=FINISH_TIMEOUT_S) == 0, (tmp_path / "first.log").read_text()
         finally:
             if first.poll() is None:
-                first.kill()
+                first.kill()  # SIGKILL ends a stopped process too
+    assert not _flock_held(lock)  # the first let it go when it ended
+    assert (searchlab.load_results(exp_dir).trials["state"] == "COMPLETED").all()
+
+
+def _state(proc: subprocess.Popen[bytes]) -> str:
+    """The process's state letter (``T``: stopped), from /proc/<pid>/stat."""
+    assert proc.poll() is None, f"driver {proc.pid} ended (exit {proc.returncode})"
+    stat = pathlib.Path(f"/proc/{proc.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _wait_until_stopped(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while _state(proc) != "T":
+        assert time.monotonic() < deadline, f"driver {proc.pid} not stopped: {_state(proc)}"
+        time.sleep(0.1)
+
+
+def _flock_held(path: pathlib.Path) -> bool:
+    """Whether another open file holds an flock on ``path`` (as a second driver would see)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _tree(root: pathlib.Path) -> dict[str, tuple[int, int]]:
@@ -289,6 +348,7 @@ def small_disk(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@_time_limit(UNINTERRUPTED_S, WAIT_TIMEOUT_S, FULL_DISK_EXIT_S, RUN_TIMEOUT_S)
 def test_a_full_disk_pauses_the_search_resumably_and_says_so(
     small_disk: pathlib.Path, tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
 ) -> None:
@@ -305,7 +365,7 @@ def test_a_full_disk_pauses_the_search_resumably_and_says_so(
                     while True:
                         f.write(b"\0" * (1 << 20))
                         f.flush()
-            assert proc.wait(timeout=120) == 2, log.read_text()
+            assert proc.wait(timeout=FULL_DISK_EXIT_S) == 2, log.read_text()
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -325,6 +385,7 @@ def test_a_full_disk_pauses_the_search_resumably_and_says_so(
     assert last_rung_table(resumed) == uninterrupted["rungs"]
 
 
+@_time_limit(UNINTERRUPTED_S, RUN_TIMEOUT_S, GONE_TIMEOUT_S, RUN_TIMEOUT_S)
 def test_kill_during_a_background_checkpoint_write_resumes_from_the_previous_checkpoint(
     tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
 ) -> None:
