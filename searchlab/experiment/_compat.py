@@ -178,11 +178,50 @@ def replace_restored_parts(
     way to hand it new objects.
     """
     internal = tuner._local_tuner
-    internal._tune_config.search_alg = search_alg
+    internal._tune_config.search_alg = _resumed_search(
+        search_alg,
+        internal._tune_config.max_concurrent_trials,
+        internal._run_config.storage_path,
+        internal._run_config.name,
+        internal._run_config.storage_filesystem,
+    )
+    internal._tune_config.max_concurrent_trials = None  # applied above, as Tune would
     internal._tune_config.scheduler = scheduler
     internal._run_config.callbacks = callbacks
     internal._run_config.stop = stop
     internal._run_config.verbose = 0
+
+
+def _resumed_search(
+    searcher: Any,
+    max_concurrent: int | None,
+    storage_path: str,
+    name: str,
+    storage_filesystem: Any,
+) -> Any:
+    """Tune's search generator around ``searcher`` (behind a ``ConcurrencyLimiter`` for
+    ``max_concurrent``, as ``tune.run`` would wrap it: the saved state's layout is the same),
+    that creates new trials in the directory the experiment is resumed from.
+
+    Tune restores the generator's ``Experiment`` pickled with the directory the search first
+    ran in, and moves only the restored trials to the new one: the new trials of a copied or
+    moved experiment would write their checkpoints into the original's directory.
+    """
+    from ray.train._internal.storage import get_fs_and_path
+    from ray.tune.search import ConcurrencyLimiter, SearchGenerator
+
+    class ResumedSearch(SearchGenerator):
+        def set_state(self, state: dict[str, Any]) -> None:
+            super().set_state(state)
+            storage = self._experiment.storage  # also the spec's "storage": one object
+            filesystem, fs_path = get_fs_and_path(storage_path, storage_filesystem)
+            storage.storage_filesystem = filesystem
+            storage.storage_fs_path = fs_path
+            storage.experiment_dir_name = name
+
+    if max_concurrent:
+        searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+    return ResumedSearch(searcher)
 
 
 def checkpoint_path_of(restore_arg: Any) -> str | None:

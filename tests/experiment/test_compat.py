@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 import types
+from typing import Any
 
 import pytest
 import ray
@@ -295,3 +296,50 @@ def test_tunes_slow_operation_warnings_are_dropped_during_a_run(
         logger.setLevel(level)
     assert [m.split("`")[1] for m in seen] == ["before", "after"]
     assert all(_compat.TUNE_SLOW_OPERATION in m for m in seen)
+
+
+def test_a_resumed_search_creates_its_new_trials_where_it_is_resumed(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Tune saves the search generator's Experiment with the directory the search first ran
+    in; resumed elsewhere (a copy, a moved directory), new trials must land there."""
+    import pickle
+
+    import cloudpickle
+    from ray.tune.experiment import Experiment
+    from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
+
+    class Counting(Searcher):
+        def __init__(self) -> None:
+            super().__init__(metric="loss", mode="min")
+            self.count = 0
+
+        def suggest(self, trial_id: str) -> dict[str, Any]:
+            self.count += 1
+            return {"x": self.count}
+
+        def on_trial_complete(self, trial_id: str, result: Any = None, error: bool = False):
+            pass
+
+    def trainable(config: dict[str, Any]) -> None:
+        pass
+
+    first = SearchGenerator(Counting())
+    first.add_configurations(
+        [Experiment("exp", run=trainable, num_samples=5, storage_path=str(tmp_path / "first"))]
+    )
+    assert first.next_trial().storage.experiment_fs_path == str(tmp_path / "first" / "exp")
+    saved = pickle.loads(cloudpickle.dumps(first.get_state()))  # as Tune's saved file holds it
+
+    moved = tmp_path / "moved"
+    resumed = _compat._resumed_search(Counting(), 3, str(moved), "exp", None)
+    assert isinstance(resumed, SearchGenerator)
+    assert isinstance(resumed.searcher, ConcurrencyLimiter)
+    assert resumed.searcher.max_concurrent == 3
+    resumed.set_state(saved)
+    trial = resumed.next_trial()
+    assert trial.storage.experiment_fs_path == str(moved / "exp")
+    assert trial.storage.storage_fs_path == str(moved)
+    assert not isinstance(
+        _compat._resumed_search(Counting(), None, "/x", "e", None).searcher, ConcurrencyLimiter
+    )

@@ -259,14 +259,18 @@ def test_resuming_a_copy_leaves_the_original_untouched(
     killed: pathlib.Path, tmp_path: pathlib.Path, uninterrupted: dict[str, Any]
 ) -> None:
     original = _copy(killed, tmp_path / "a")  # a private original, so other tests share nothing
-    before = _tree(original)
+    before, first_ran_in = _tree(original), _tree(killed)
     copy = _copy(original, tmp_path / "b")
     log = tmp_path / "resume.log"
     with ray_tmpdir() as ray_tmp:
         assert _resume(copy, ray_tmp, log) == 0, log.read_text()
     assert _tree(original) == before  # retention deleted only the copy's own checkpoints
+    # Nor did the trials the resumed search created write where the search first ran (the
+    # directory Tune's saved state names): they are in the copy, checkpoints and all.
+    assert _tree(killed) == first_ran_in
     assert search_outcome(copy) == uninterrupted["outcome"]
     assert str(original) not in (copy / "trials.json").read_text()
+    _assert_checkpoints_kept(copy)
 
 
 @_time_limit(KILLED_S, WAIT_TIMEOUT_S, STOP_TIMEOUT_S, RUN_TIMEOUT_S, FINISH_TIMEOUT_S)
