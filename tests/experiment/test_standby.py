@@ -12,6 +12,7 @@ import fcntl
 import itertools
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,16 +42,22 @@ def _private_tmp(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def _spans(hold: bool, workers: int = 2, rounds: int = 5) -> list[tuple[float, float, int]]:
     """Each worker thread, with a baton of its own on GPU 0 (its own open file, as a process
-    of its own would have), trains ``rounds`` 20 ms windows: (start, end, worker) of each."""
+    of its own would have), trains ``rounds`` 20 ms windows: (start, end, worker) of each.
+
+    Without the baton (``hold`` False) the workers meet inside each window, so their
+    windows of a round overlap however late a loaded machine runs a thread."""
     spans: list[tuple[float, float, int]] = []
     batons = [GpuBaton("k1", "0", NODE) for _ in range(workers)]
     start = threading.Barrier(workers)
+    meet = threading.Barrier(workers)
 
     def work(i: int) -> None:
         start.wait()
         for _ in range(rounds):
             with batons[i].held() if hold else _nothing():
                 began = time.monotonic()
+                if not hold:
+                    meet.wait(timeout=60)
                 time.sleep(0.02)
                 spans.append((began, time.monotonic(), i))
 
@@ -284,26 +291,89 @@ def test_the_switch_sets_a_run_key_and_turns_train_ahead_off(
         check_environment()
 
 
+# The toy trial, whose first trial to reach its second batch (the one that creates
+# ``marker``) holds the GPU there until the other actor waits for it (or ``seconds`` pass):
+# Tune then runs a trial on each actor before any trial pauses (a trial that pauses first
+# hands its actor to the second trial, and Tune drops the one still starting, even one that
+# has built its trial). The waiter is seen in the kernel's table of locks, /proc/locks, as
+# blocked ("->") on the lock this actor holds (its baton's, whose id in that table the
+# descriptor's fdinfo shows). It writes what it saw to ``marker``.
+WAITING_TRIAL = """
+import os, time
+from asha_trial import AshaTrial
+
+
+def _held_lock_id():
+    mine = f"searchlab-{os.getuid()}-standby-"
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            info = open(f"/proc/self/fdinfo/{fd}").read()
+        except OSError:
+            continue
+        if mine in target and target.endswith(".lock"):
+            for line in info.splitlines():  # lock: N: FLOCK ADVISORY WRITE pid dev:ino 0 EOF
+                if line.startswith("lock:") and "FLOCK" in line:
+                    return line.split()[6]
+    return None
+
+
+def _waiter(lock_id):
+    with open("/proc/locks") as table:
+        for line in table:
+            fields = line.split()
+            if fields[1] == "->" and fields[6] == lock_id:
+                return line.strip()
+    return None
+
+
+class WaitingTrial(AshaTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        wait = self.context.get_hparams()["wait_for_second_actor"]
+        if batch_idx == 1 and wait["seconds"]:
+            try:
+                fd = os.open(wait["marker"], os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                fd = None
+            if fd is not None:
+                lock_id, seen = _held_lock_id(), "none: this actor holds no GPU lock"
+                deadline = time.monotonic() + wait["seconds"]
+                while lock_id is not None and time.monotonic() < deadline:
+                    if waiter := _waiter(lock_id):
+                        seen = "waiter: " + waiter
+                        break
+                    seen = "none: no other actor waited for the GPU"
+                    time.sleep(0.05)
+                os.write(fd, seen.encode())
+                os.close(fd)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+"""
+
 SEARCH = """
-import collections, json, pathlib, sys
+import collections, json, os, pathlib, sys
 import ray
 import searchlab
 from searchlab._ray_env import ray_init_kwargs
+from searchlab.experiment._compat import keep_prestarted_workers
 
 out = pathlib.Path(sys.argv[1])
-ray.init(num_cpus=2, num_gpus=1, **ray_init_kwargs())
+# As searchlab starts Ray: it keeps its prestarted workers once both trials reserve the CPUs.
+ray.init(num_cpus=2, num_gpus=1, _system_config=keep_prestarted_workers(), **ray_init_kwargs())
+standby = os.environ["SEARCHLAB_STANDBY"] == "1"
 config = {
     "name": "standby",
-    "entrypoint": "asha_trial:AshaTrial",
+    "entrypoint": "waiting_trial:WaitingTrial",
     "hyperparameters": {
         "global_batch_size": 4,
         "lr": {"type": "categorical", "vals": [0.001, 0.01, 0.1, 0.3, 0.5, 1.0]},
         "batch_log": str(out / "batches.log"),
         "batch_sleep": 0.01,
-        # The first trial holds the GPU for seconds at its second batch, so that the
-        # second actor has started before any trial pauses (a trial that pauses first hands
-        # its actor to the second trial, and Tune drops the one still starting).
-        "slow_once": {"path": str(out / "slow"), "seconds": 8},
+        # With standby, the first trial waits at its second batch for the second actor
+        # (WAITING_TRIAL); without it there is one actor per GPU, and nothing to wait for.
+        "wait_for_second_actor": {
+            "marker": str(out / "waited"),
+            "seconds": 120 if standby else 0,
+        },
     },
     "searcher": {
         "name": "adaptive_asha", "metric": "validation_loss", "max_trials": 6,
@@ -330,12 +400,17 @@ json.dump(
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(2 * 600 + 60)  # the two searches' own limits, and the checks
 def test_a_search_takes_turns_on_its_gpu(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("tempfile.tempdir", None)  # the workers' temporary folder
     script = tmp_path / "search.py"
     script.write_text(SEARCH)
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(ASHA_MODEL / "asha_trial.py", model)
+    (model / "waiting_trial.py").write_text(WAITING_TRIAL)
     outcome = {}
     locks = set(pathlib.Path(tempfile.gettempdir()).glob(f"searchlab-{os.getuid()}-standby-*"))
     for standby in ("1", "0"):
@@ -343,7 +418,7 @@ def test_a_search_takes_turns_on_its_gpu(
         out.mkdir()
         env = {**os.environ, "SEARCHLAB_STANDBY": standby}
         done = subprocess.run(
-            [sys.executable, str(script), str(out), str(ASHA_MODEL)],
+            [sys.executable, str(script), str(out), str(model)],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -357,7 +432,8 @@ def test_a_search_takes_turns_on_its_gpu(
     spans, result = outcome["1"]
     assert result["states"] == ["COMPLETED"] * 6
     windows = collections.Counter(pid for *_, pid in spans)
-    assert len(windows) == 2 and min(windows.values()) >= 8  # two actors shared the GPU
+    waited = (tmp_path / "standby-1" / "waited").read_text()  # what the first trial saw
+    assert len(windows) == 2 and min(windows.values()) >= 8, waited  # two actors shared the GPU
     assert _overlaps(spans) == 0  # and never trained at the same time
     switches = sum(1 for a, b in itertools.pairwise(spans) if a[2] != b[2])
     assert switches >= 4  # they took turns, not one after the other
