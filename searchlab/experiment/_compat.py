@@ -213,7 +213,8 @@ def _resumed_search(
     class ResumedSearch(SearchGenerator):
         def set_state(self, state: dict[str, Any]) -> None:
             super().set_state(state)
-            storage = self._experiment.storage  # also the spec's "storage": one object
+            experiment: Any = self._experiment  # the restored one (Tune types it None)
+            storage = experiment.storage  # also the spec's "storage": one object
             filesystem, fs_path = get_fs_and_path(storage_path, storage_filesystem)
             storage.storage_filesystem = filesystem
             storage.storage_fs_path = fs_path
