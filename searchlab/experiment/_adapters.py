@@ -24,6 +24,7 @@ from searchlab._failpoints import failpoint
 from searchlab.experiment._compat import (
     end_run_resumably,
     keep_idle_actors,
+    keep_only_this_session_staged,
     set_trial_paused,
     start_in_idle_workers,
 )
@@ -167,6 +168,7 @@ class GatedSearcher(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         failpoint("searcher-save")  # Tune wrote its experiment state, not yet the searcher's
+        keep_only_this_session_staged(pathlib.Path(checkpoint_path))
         state = self.driver.state_dict()
         if self.snapshots is None:
             pathlib.Path(checkpoint_path).write_text(json.dumps({"driver": state}))

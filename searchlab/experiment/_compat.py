@@ -30,6 +30,7 @@ __all__ = [
     "empty_host_cache",
     "end_run_resumably",
     "keep_idle_actors",
+    "keep_only_this_session_staged",
     "keep_prestarted_workers",
     "replace_restored_parts",
     "set_trial_paused",
@@ -88,6 +89,28 @@ def tune_session_of(path: pathlib.Path, kind: str) -> str | None:
     if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix):
         return name[len(prefix) : len(name) - len(suffix)]
     return None
+
+
+def keep_only_this_session_staged(searcher_state_path: pathlib.Path) -> None:
+    """Delete from Tune's driver staging folder (where Tune is saving ``searcher_state_path``)
+    the top-level files that are not this session's saved state.
+
+    On a restore Tune copies every ``.json`` and ``.pkl`` at the top of the experiment
+    directory into that folder (searchlab's ``trials.json``, ``searchlab_state.json``,
+    ``experiment.json``, ``tuner.pkl``, earlier sessions' state), and each save copies the
+    whole folder back, writing over the files in place: a resumed run's snapshot and records
+    went back to their pre-resume contents every second, and a kill during such a copy could
+    tear them. The experiment directory keeps its own copies (Tune's copy deletes nothing).
+    """
+    # Tune's searcher writes a temporary file first: ``.<uuid>-tmp-searcher-state-<s>.pkl``.
+    name = searcher_state_path.name
+    start = name.rfind(TUNE_STATE_PATTERNS["searcher_state"].partition("{}")[0])
+    session = tune_session_of(pathlib.Path(name[max(start, 0) :]), "searcher_state")
+    if session is None:
+        return
+    for path in searcher_state_path.parent.iterdir():
+        if session not in path.name and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
 
 
 def set_trial_paused(tune_controller: Any, trial: Any) -> None:

@@ -10,6 +10,7 @@ breaks before its resume).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import pathlib
 import re
@@ -448,3 +449,36 @@ def test_a_resumed_experiment_stops_at_a_user_error_every_trial_hits(
         searchlab.resume(exp_dir, echo=lambda _: None)
     trials = searchlab.load_results(exp_dir).trials
     assert trials["state"].tolist() == ["ERRORED"]  # stopped at once, no other trial started
+
+
+@pytest.mark.ray
+def test_a_resumed_run_keeps_its_own_snapshot_and_records(
+    ray_session: Any, tmp_path: pathlib.Path
+) -> None:
+    """Tune's restore stages a copy of every state file at the top of the experiment
+    directory and copies its staging folder back at each save: only the resumed session's
+    own state may go back, never the pre-resume snapshot or records over the new ones."""
+    interrupted = tmp_path / "interrupted"
+    config = toy_config(
+        "resume-own",
+        hyperparameters={
+            "hidden": {"type": "categorical", "vals": [2, 3, 4]},
+            "interrupt_at_batch": 1,  # the first trial presses Ctrl-C at its second batch
+            "interrupt_pid": os.getpid(),
+            "interrupt_marker": str(interrupted),
+        },
+        searcher={"name": "grid", "max_concurrent_trials": 1},
+    )
+    first, _ = _run(config, tmp_path)
+    assert first.trials["state"].tolist() == ["PAUSED"]
+    exp_dir = tmp_path / "resume-own"
+    before = json.loads((exp_dir / "searchlab_state.json").read_text())["session"]
+
+    resumed = searchlab.resume(exp_dir, echo=lambda _: None)
+    assert (resumed.trials["state"] == "COMPLETED").all() and len(resumed.trials) == 3
+    sessions = sorted(p.name for p in exp_dir.glob("experiment_state-*.json"))
+    assert len(sessions) == 2 and sessions[0] == f"experiment_state-{before}.json"
+    snapshot = json.loads((exp_dir / "searchlab_state.json").read_text())
+    assert sessions[1] == f"experiment_state-{snapshot['session']}.json"  # the new session's
+    records = json.loads((exp_dir / "trials.json").read_text())["trials"]
+    assert sorted(r["state"] for r in records) == ["COMPLETED"] * 3
