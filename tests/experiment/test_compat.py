@@ -343,3 +343,26 @@ def test_a_resumed_search_creates_its_new_trials_where_it_is_resumed(
     assert not isinstance(
         _compat._resumed_search(Counting(), None, "/x", "e", None).searcher, ConcurrencyLimiter
     )
+
+
+def test_only_this_sessions_files_stay_in_tunes_staging_folder(tmp_path: pathlib.Path) -> None:
+    names = [
+        "experiment_state-s1.json",
+        "search_gen_state-s1.json",
+        "searcher-state-s1.pkl",
+        "searchlab_state.json",
+        "trials.json",
+        "experiment.json",
+        "tuner.pkl",
+        "experiment_state-s2.json",
+    ]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    (tmp_path / "a1b2c3d4").mkdir()  # a trial's staging folder
+    (tmp_path / "a1b2c3d4" / "trials.json").write_text("x")
+    # Tune's searcher writes a temporary file first, named after the final one.
+    _compat.keep_only_this_session_staged(tmp_path / ".9f1e-tmp-searcher-state-s2.pkl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a1b2c3d4", "experiment_state-s2.json"]
+    assert (tmp_path / "a1b2c3d4" / "trials.json").is_file()
+    _compat.keep_only_this_session_staged(tmp_path / "something-else.pkl")  # no session: as is
+    assert (tmp_path / "experiment_state-s2.json").is_file()
