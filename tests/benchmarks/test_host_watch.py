@@ -27,6 +27,7 @@ from _host_watch import (
     summarise,
     thread_places,
 )
+from cpu_bounds import cpu_bounds
 
 
 def _ticks(seconds: float) -> int:
@@ -226,22 +227,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _bounds(
-    readings: list[tuple[float, float, float]], first: HostSample, last: HostSample
-) -> tuple[float, float]:
-    """The least and the most CPU seconds a process can have used between the watch's
-    readings of it in ``first`` and ``last``, from this test's own ``(before, CPU, after)``
-    readings of it: the watch read it somewhere in each sample's ``when``..``read``."""
-
-    def at_least(t: float) -> float:  # its CPU at time t is at least this
-        return max((cpu for _, cpu, after in readings if after <= t), default=0.0)
-
-    def at_most(t: float) -> float:
-        return min((cpu for before, cpu, _ in readings if before >= t), default=float("inf"))
-
-    return at_least(last.when) - at_most(first.read), at_most(last.read) - at_least(first.when)
-
-
 @pytest.mark.skipif(not pathlib.Path("/proc/stat").exists(), reason="needs Linux /proc")
 def test_the_watch_counts_a_rank_its_child_and_this_process_apart() -> None:
     rank = subprocess.Popen([sys.executable, "-c", _RANK])
@@ -288,7 +273,7 @@ def test_the_watch_counts_a_rank_its_child_and_this_process_apart() -> None:
         # is, and apart (the rank's child counted with the rank would double the rank's).
         spent = []
         for group, mine in zip(("ranks", "loader workers", "this process"), readings):
-            least, most = _bounds(mine, first, last)
+            least, most = cpu_bounds(mine, first, last)
             assert least / seconds > 0.05, group
             assert least / seconds - 0.001 <= got["groups"][group] <= most / seconds + 0.001, group
             spent.append(least)

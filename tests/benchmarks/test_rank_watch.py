@@ -15,7 +15,6 @@ from _host_watch import CLOCK_TICKS
 from _rank_watch import (
     RankMatch,
     RankWatch,
-    ThreadSample,
     _processes,
     classify,
     core_plan,
@@ -24,6 +23,7 @@ from _rank_watch import (
     thread_times,
     window,
 )
+from cpu_bounds import cpu_bounds
 
 
 def _topology(root: pathlib.Path, siblings: dict[int, str]) -> pathlib.Path:
@@ -132,22 +132,6 @@ def _threads_cpu(pid: int) -> float:
     return total
 
 
-def _bounds(
-    readings: list[tuple[float, float, float]], first: ThreadSample, last: ThreadSample
-) -> tuple[float, float]:
-    """The least and the most CPU seconds a process can have used between the watch's
-    readings of it in ``first`` and ``last``, from this test's own ``(before, CPU, after)``
-    readings of it: the watch read it somewhere in each sample's ``when``..``read``."""
-
-    def at_least(t: float) -> float:  # its CPU at time t is at least this
-        return max((cpu for _, cpu, after in readings if after <= t), default=0.0)
-
-    def at_most(t: float) -> float:
-        return min((cpu for before, cpu, _ in readings if before >= t), default=float("inf"))
-
-    return at_least(last.when) - at_most(first.read), at_most(last.read) - at_least(first.when)
-
-
 # A "launcher" starts a "rank" that forks a sleeping "loader worker" (same command line)
 # and then spins.
 _LAUNCHER = """
@@ -222,7 +206,7 @@ def test_the_watch_pins_a_rank_and_its_child_and_samples_the_ranks_cpu() -> None
         assert shares["seconds"] == seconds > 0
         # Within what the rank can have used between the watch's two readings of it, from this
         # test's readings around them: exact however loaded this machine is.
-        least, most = _bounds(readings, first, last)
+        least, most = cpu_bounds(readings, first, last)
         assert least / seconds > 0.05
         assert least / seconds - 0.001 <= shares["cpu_cores"] <= most / seconds + 0.001
     finally:

@@ -10,9 +10,7 @@ so the search, is the same in every run.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -37,7 +35,7 @@ from driver_procs import (
 )
 
 import searchlab
-from searchlab._lock import LOCK_FILE
+from searchlab._lock import LOCK_FILE, driver_alive
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -287,7 +285,7 @@ def test_a_second_driver_on_the_same_directory_is_refused(
             # the second one starts up; a stopped process keeps its open files, its flock too.
             first.send_signal(signal.SIGSTOP)
             _wait_until_stopped(first)
-            assert _flock_held(lock) and json.loads(lock.read_text())["pid"] == first.pid
+            assert driver_alive(exp_dir) and json.loads(lock.read_text())["pid"] == first.pid
             second = tmp_path / "second.log"
             assert _resume(exp_dir, ray_tmp, second) == 2, second.read_text()
             line = second.read_text().strip()
@@ -298,7 +296,7 @@ def test_a_second_driver_on_the_same_directory_is_refused(
         finally:
             if first.poll() is None:
                 first.kill()  # SIGKILL ends a stopped process too
-    assert not _flock_held(lock)  # the first let it go when it ended
+    assert not driver_alive(exp_dir)  # the first let it go when it ended
     assert (searchlab.load_results(exp_dir).trials["state"] == "COMPLETED").all()
 
 
@@ -314,18 +312,6 @@ def _wait_until_stopped(proc: subprocess.Popen[bytes], timeout: float = STOP_TIM
     while _state(proc) != "T":
         assert time.monotonic() < deadline, f"driver {proc.pid} not stopped: {_state(proc)}"
         time.sleep(0.1)
-
-
-def _flock_held(path: pathlib.Path) -> bool:
-    """Whether another open file holds an flock on ``path`` (as a second driver would see)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def _tree(root: pathlib.Path) -> dict[str, tuple[int, int]]:
