@@ -17,6 +17,7 @@ __all__ = ["ExperimentSpec", "check_environment", "standby_switch"]
 TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
 STANDBY_VAR = "SEARCHLAB_STANDBY"
+STANDBY_PREPARE_VAR = "SEARCHLAB_STANDBY_PREPARE"
 CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
 # What ``auto`` means where the writing process also trains (a one-process trial): a thread,
 # also beside training. On an H100 a trial going on from a rung end waited a median
@@ -67,6 +68,10 @@ class ExperimentSpec:
     # Two trial actors per GPU, one training at a time (``experiment._standby``): set, from
     # ``SEARCHLAB_STANDBY=1`` on the driver, to the run's key that names its GPU locks.
     standby_key: str | None = None
+    # With standby, the actor rebuilds a released trial and starts its training loader before
+    # it waits for the GPU (``TrialRunner.prepare``); ``SEARCHLAB_STANDBY_PREPARE=0`` on the
+    # driver leaves them to the window that trains (to measure what it saves).
+    standby_prepare: bool = True
 
     @property
     def staged_checkpoints(self) -> bool:
@@ -107,6 +112,7 @@ class ExperimentSpec:
             train_ahead=_flag(TRAIN_AHEAD_VAR, default=False) and not standby,
             checkpoint_writes=checkpoint_writes(),
             standby_key=uuid.uuid4().hex if standby else None,
+            standby_prepare=_flag(STANDBY_PREPARE_VAR, default=True),
         )
 
 
@@ -116,6 +122,7 @@ def check_environment() -> None:
     idle_after_s()
     _flag(TRAIN_AHEAD_VAR, default=False)
     standby_switch()
+    _flag(STANDBY_PREPARE_VAR, default=True)
     checkpoint_writes()
 
 

@@ -145,6 +145,8 @@ class SearchlabTrainable(tune.Trainable):
             # Its own failed write fails it, as a failed save did; a write this trial must
             # wait for is waited for before it takes the GPU.
             self._writer.before_training(self.trial_id)
+            if self._baton is not None and self._spec.standby_prepare:
+                self._runner.prepare()  # while this GPU's other trial trains
             with turn:
                 return self._runner.step()
 

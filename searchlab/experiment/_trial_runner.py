@@ -206,6 +206,18 @@ class TrialRunner:
         self.loop, self._parked, self._events = loop, None, None  # kept until it worked
         self._pending = pending
 
+    def prepare(self) -> None:
+        """Do now what the next ``step`` does before its first batch and that needs no GPU of
+        its own: rebuild a parked trial, start its training loader (``TrialLoop.prime``).
+        Standby calls it before the actor waits for the GPU, while the other trial trains;
+        the next ``step`` trains exactly as without it."""
+        self.unpark()
+        loop = self.loop
+        if loop is None or self._pending or self._ahead is not None:
+            return
+        if loop.batches_trained < max(self._rung_batches(), default=0):  # training left
+            loop.prime()
+
     def step(self) -> dict[str, Any]:
         """Train to the next report and return it as a Tune result.
 

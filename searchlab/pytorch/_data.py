@@ -204,6 +204,13 @@ class _EpochLoader:
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def starts_at_stream(self) -> bool:
+        """``stream`` starts the loader's workers, and they fetch their first batches, as soon
+        as it is called: one persistent loader serves the run, and its order draws on no RNG
+        but its own, so making the stream early changes no batch and no random number."""
+        return self._one_loader
+
     def batches_of(self, epoch: int, skip_batches: int = 0) -> Sampler[list[int]]:
         """The index batches ``skip_batches..`` of ``epoch`` (a batch sampler)."""
         batch_sampler: Any = self._batches

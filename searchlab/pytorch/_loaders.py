@@ -44,6 +44,10 @@ class _TorchLoader:
     def __len__(self) -> int:
         return len(self._loader)
 
+    # Its iteration may draw from the global RNG (a shuffle without a generator): started
+    # with the first batch only, never early.
+    starts_at_stream = False
+
     def loader_for(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
         set_epoch = getattr(getattr(self._loader, "sampler", None), "set_epoch", None)
         if callable(set_epoch):

@@ -221,6 +221,13 @@ class TrialLoop:
         for cb in self.callbacks.values():
             cb.on_training_start()
 
+    def prime(self) -> None:
+        """Start the training loader now, where that changes nothing the loop does: its workers
+        start and fetch their first batches (``starts_at_stream``), and the next window's first
+        batch is ready when it trains. Elsewhere the loader starts with the first batch."""
+        if self._stream is None and self._train.starts_at_stream:
+            self._stream = self._batch_stream()
+
     def _batch_stream(self) -> Iterator[Any]:
         epoch, skip = divmod(self.batches_trained, self.epoch_len)
         return self._train.stream(epoch, skip)

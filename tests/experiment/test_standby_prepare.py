@@ -1,0 +1,146 @@
+"""Standby's preparation before the GPU wait (``TrialRunner.prepare``) changes nothing trained.
+
+With ``SEARCHLAB_STANDBY=1`` an actor rebuilds a released trial and starts its training
+loader's workers before it waits for the GPU, while the other trial trains. These tests drive
+one ``TrialRunner`` as standby does (prepare, then step; released after every report) against
+one that only steps, and check the losses, positions and weights are the same, also for a pause
+taken right after a preparation, and that the preparation started the loader's workers.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import torch
+from toy_experiment import TOY_MODEL_DIR, toy_config
+
+from searchlab.config import load_experiment_config
+from searchlab.errors import ConfigError
+from searchlab.experiment._protocol import TrialConfig
+from searchlab.experiment._spec import ExperimentSpec, check_environment
+from searchlab.experiment._trial_runner import TrialRunner
+
+
+def _runner(tmp_path: pathlib.Path, name: str, workers: int = 1) -> TrialRunner:
+    hparams = {
+        "global_batch_size": 16,
+        "dropout": 0.3,  # draws from the global RNG in every batch
+        "n_train": 64,
+        "optimizer": {"lr": 0.1, "momentum": 0.9},
+        "loader_workers": workers,  # one persistent loader for the run (0: none)
+    }
+    config = toy_config(
+        "prepare", hyperparameters=hparams, searcher={"max_length": {"batches": 12}}
+    )
+    spec = ExperimentSpec.from_config(
+        load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "prepare"
+    )
+    trial_config = TrialConfig(hparams, rung_ends=[6, 12], trial_seed=7).to_tune()
+    return TrialRunner(
+        spec, trial_config, trial_id=name, logdir=str(tmp_path / name), model_dir=spec.model_dir
+    )
+
+
+def _plain(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if isinstance(v, float | int | str)}
+
+
+def _train(runner: TrialRunner, *, prepare: bool, release: bool) -> list[dict[str, Any]]:
+    results = []
+    while True:
+        if prepare:
+            runner.prepare()
+        result = runner.step()
+        results.append(_plain(result))
+        if result.get("done"):
+            return results
+        if release:  # what an idle standby actor does between its turns
+            runner.state()
+            runner.park()
+
+
+def _weights(runner: TrialRunner) -> list[torch.Tensor]:
+    assert runner.loop is not None
+    return list(runner.loop.context.models[0].state_dict().values())
+
+
+def test_preparing_before_each_window_trains_exactly_as_without(tmp_path: pathlib.Path) -> None:
+    # Each build seeds the process RNG: each runner is built right before it trains.
+    plain = _runner(tmp_path, "plain")
+    expected = _train(plain, prepare=False, release=False)
+    prepared = _runner(tmp_path, "prepared")
+    try:
+        got = _train(prepared, prepare=True, release=True)
+        assert len(expected) > 4
+        assert got == expected  # losses (dropout's draws), validations, positions
+        for a, b in zip(_weights(plain), _weights(prepared), strict=True):
+            assert torch.equal(a, b)
+    finally:
+        plain.close()
+        prepared.close()
+
+
+def test_prepare_starts_the_loader_workers_and_rebuilds_a_released_trial(
+    tmp_path: pathlib.Path,
+) -> None:
+    runner = _runner(tmp_path, "started")
+    try:
+        assert runner.loop is not None and runner.loop._stream is None
+        runner.prepare()
+        stream: Any = runner.loop._stream
+        assert stream is not None
+        assert [w.is_alive() for w in stream._workers] == [True]  # started before any batch
+        assert runner.loop.batches_trained == 0
+        runner.step()
+        runner.state()
+        runner.park()
+        assert runner.loop is None and runner.parked
+        runner.prepare()
+        assert not runner.parked and runner.loop is not None
+        assert runner.loop._stream is not None
+    finally:
+        runner.close()
+
+
+def test_a_loader_without_persistent_workers_is_not_started_early(tmp_path: pathlib.Path) -> None:
+    # A loader made per epoch starts with its first batch, as without standby.
+    runner = _runner(tmp_path, "no-workers", workers=0)
+    try:
+        runner.prepare()
+        assert runner.loop is not None and runner.loop._stream is None
+    finally:
+        runner.close()
+
+
+def test_a_pause_right_after_a_preparation_resumes_exactly(tmp_path: pathlib.Path) -> None:
+    whole = _runner(tmp_path, "whole")  # each build seeds the process RNG (see above)
+    expected = _train(whole, prepare=False, release=False)
+    first = _runner(tmp_path, "first")
+    head = [_plain(first.step())]
+    first.prepare()  # its loader started, then paused before it trained again
+    saved = first.state()
+    assert saved is not None
+    resumed = _runner(tmp_path, "resumed")
+    try:
+        resumed.load(saved[0], checkpoint_uuid="checkpoint_000000")
+        tail = _train(resumed, prepare=True, release=False)
+        assert head + tail == expected
+        for a, b in zip(_weights(whole), _weights(resumed), strict=True):
+            assert torch.equal(a, b)
+    finally:
+        for runner in (whole, first, resumed):
+            runner.close()
+
+
+def test_the_switch_is_on_unless_set_off_and_refuses_other_values(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    config = load_experiment_config(toy_config("switch"), model_dir=str(TOY_MODEL_DIR))
+    assert ExperimentSpec.from_config(config, "switch").standby_prepare is True
+    monkeypatch.setenv("SEARCHLAB_STANDBY_PREPARE", "0")
+    assert ExperimentSpec.from_config(config, "switch").standby_prepare is False
+    monkeypatch.setenv("SEARCHLAB_STANDBY_PREPARE", "maybe")
+    with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY_PREPARE='maybe'"):
+        check_environment()
