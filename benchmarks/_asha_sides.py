@@ -383,4 +383,8 @@ SIDES = {
     "searchlab_idle_checkpoints": _searchlab_with({"SEARCHLAB_BACKGROUND_CHECKPOINTS": "idle"}),
     # Two trial actors per GPU taking turns: the next trial builds while one trains.
     "searchlab_standby": _searchlab_with({"SEARCHLAB_STANDBY": "1"}),
+    # The same without the next trial's rebuild and loader start before it waits for the GPU.
+    "searchlab_standby_unprepared": _searchlab_with(
+        {"SEARCHLAB_STANDBY": "1", "SEARCHLAB_STANDBY_PREPARE": "0"}
+    ),
 }

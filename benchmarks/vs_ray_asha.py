@@ -49,7 +49,9 @@ SIDES``). ``searchlab_standby`` runs it with ``SEARCHLAB_STANDBY=1``: two trial 
 GPU, one training at a time (``searchlab/experiment/_standby.py``), and the search's
 ``max_concurrent_trials`` doubled to hold them. Its hand-overs are then the gaps between one
 trial's window and the other trial's on the same GPU, and ``wait_per_report_s`` includes
-each trial's wait for the other's window.
+each trial's wait for the other's window. ``searchlab_standby_unprepared`` also sets
+``SEARCHLAB_STANDBY_PREPARE=0``: the waiting actor no longer rebuilds a released trial and
+starts its loader's workers before it takes the GPU, but in the window that trains.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
