@@ -7,8 +7,9 @@ driver, each one-GPU trial asks Ray for half a GPU, so two trial actors share ea
 a per-GPU lock (``GpuBaton``) lets one of them train at a time: a trial holds it for each
 call that trains (``Trainable.step``: one report window, its validation included) and gives
 it back when the window is done. The other actor builds its trial, restores a checkpoint or
-waits for Tune while the holder trains, and takes the GPU the moment the holder's report
-leaves it. Both actors' models are on the GPU at once: each process keeps its CUDA context
+waits for Tune while the holder trains, rebuilds a released trial and starts its loader's
+workers before it waits (``TrialRunner.prepare``), and takes the GPU the moment the holder's
+report leaves it. Both actors' models are on the GPU at once: each process keeps its CUDA context
 (~0.5 GiB) and the memory its allocator caches, so a trial that needs more than half the
 GPU's memory should not use it.
 
