@@ -224,9 +224,14 @@ class TrialLoop:
     def prime(self) -> None:
         """Start the training loader now, where that changes nothing the loop does: its workers
         start and fetch their first batches (``starts_at_stream``), and the next window's first
-        batch is ready when it trains. Elsewhere the loader starts with the first batch."""
-        if self._stream is None and self._train.starts_at_stream:
+        batch is ready when it trains. Elsewhere the loader starts with the first batch: also
+        where a callback runs before it (it may change what the workers copy when they start)."""
+        if self._stream is None and self._train.starts_at_stream and not self._hooks_first():
             self._stream = self._batch_stream()
+
+    def _hooks_first(self) -> bool:
+        hooks = ("on_trial_startup", "on_training_start", "on_training_epoch_start")
+        return any(overrides(cb, hook) for cb in self.callbacks.values() for hook in hooks)
 
     def _batch_stream(self) -> Iterator[Any]:
         epoch, skip = divmod(self.batches_trained, self.epoch_len)

@@ -23,13 +23,14 @@ from searchlab.experiment._spec import ExperimentSpec, check_environment
 from searchlab.experiment._trial_runner import TrialRunner
 
 
-def _runner(tmp_path: pathlib.Path, name: str, workers: int = 1) -> TrialRunner:
+def _runner(tmp_path: pathlib.Path, name: str, workers: int = 1, **extra: Any) -> TrialRunner:
     hparams = {
         "global_batch_size": 16,
         "dropout": 0.3,  # draws from the global RNG in every batch
         "n_train": 64,
         "optimizer": {"lr": 0.1, "momentum": 0.9},
         "loader_workers": workers,  # one persistent loader for the run (0: none)
+        **extra,
     }
     config = toy_config(
         "prepare", hyperparameters=hparams, searcher={"max_length": {"batches": 12}}
@@ -110,6 +111,20 @@ def test_a_loader_without_persistent_workers_is_not_started_early(tmp_path: path
     try:
         runner.prepare()
         assert runner.loop is not None and runner.loop._stream is None
+    finally:
+        runner.close()
+
+
+def test_a_trial_whose_callback_runs_before_the_first_batch_starts_its_loader_with_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    # on_trial_startup may change what the loader's workers copy when they start.
+    runner = _runner(tmp_path, "hooked", hook_log=str(tmp_path / "hooks.log"))
+    try:
+        runner.prepare()
+        assert runner.loop is not None and runner.loop._stream is None
+        runner.step()
+        assert runner.loop._stream is not None
     finally:
         runner.close()
 
