@@ -8,6 +8,7 @@ Used by the single-process trainable and by every worker of a data-parallel tria
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import logging
 import math
@@ -146,11 +147,17 @@ class TrialRunner:
     def _next_segment(self) -> Iterator[Report] | None:
         """The reports up to the next rung end past the current position, or None when done."""
         assert self.loop is not None
+        return self.loop.run() if self._next_target() is not None else None
+
+    def _next_target(self) -> int | None:
+        """Set the loop's target to the rung end the next segment trains (or validates) to
+        and return it; None when the trial is done."""
+        assert self.loop is not None
         for target in self._rung_batches():
             if target >= self.loop.batches_trained:
                 self.loop.target = target
                 if target > self.loop.batches_trained or self.loop.validation_pending():
-                    return self.loop.run()
+                    return target
         return None
 
     @property
@@ -213,10 +220,13 @@ class TrialRunner:
         the next ``step`` trains exactly as without it."""
         self.unpark()
         loop = self.loop
-        if loop is None or self._pending or self._ahead is not None:
+        if loop is None or self._pending or self._ahead is not None or self._events is not None:
             return
-        if loop.batches_trained < max(self._rung_batches(), default=0):  # training left
-            loop.prime()
+        if self._next_target() is not None:  # the target the step's next segment sets too
+            # A failed start keeps no stream: the step makes it again and meets the same error
+            # where it ends a trial as it always did (an InvalidHP, a trial-definition error).
+            with contextlib.suppress(Exception):
+                loop.prime()
 
     def step(self) -> dict[str, Any]:
         """Train to the next report and return it as a Tune result.

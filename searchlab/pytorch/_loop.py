@@ -225,9 +225,14 @@ class TrialLoop:
         """Start the training loader now, where that changes nothing the loop does: its workers
         start and fetch their first batches (``starts_at_stream``), and the next window's first
         batch is ready when it trains. Elsewhere the loader starts with the first batch: also
-        where a callback runs before it (it may change what the workers copy when they start)."""
-        if self._stream is None and self._train.starts_at_stream and not self._hooks_first():
-            self._stream = self._batch_stream()
+        where a callback or a validation runs before it (either may change the dataset the
+        workers copy when they start)."""
+        if self._stream is not None or not self._train.starts_at_stream or self._hooks_first():
+            return
+        fresh = self.batches_trained == 0 and self._last_validation_batch < 0
+        if self.validation_pending() or (fresh and self.settings.perform_initial_validation):
+            return
+        self._stream = self._batch_stream()
 
     def _hooks_first(self) -> bool:
         hooks = ("on_trial_startup", "on_training_start", "on_training_epoch_start")
@@ -403,10 +408,10 @@ class TrialLoop:
 
     def shutdown(self) -> None:
         """End this run: ``on_trial_shutdown``; a later ``run()`` starts up again."""
+        self._stream = None  # also one ``prime`` started before the run
         if not self._started:
             return
         self._started = self._training = False
-        self._stream = None
         for cb in self.callbacks.values():
             cb.on_trial_shutdown()
 

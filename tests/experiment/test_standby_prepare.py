@@ -17,13 +17,19 @@ import torch
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
 from searchlab.config import load_experiment_config
-from searchlab.errors import ConfigError
+from searchlab.errors import ConfigError, InvalidHP
 from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._spec import ExperimentSpec, check_environment
 from searchlab.experiment._trial_runner import TrialRunner
 
 
-def _runner(tmp_path: pathlib.Path, name: str, workers: int = 1, **extra: Any) -> TrialRunner:
+def _runner(
+    tmp_path: pathlib.Path,
+    name: str,
+    workers: int = 1,
+    fields: dict[str, Any] | None = None,
+    **extra: Any,
+) -> TrialRunner:
     hparams = {
         "global_batch_size": 16,
         "dropout": 0.3,  # draws from the global RNG in every batch
@@ -33,7 +39,10 @@ def _runner(tmp_path: pathlib.Path, name: str, workers: int = 1, **extra: Any) -
         **extra,
     }
     config = toy_config(
-        "prepare", hyperparameters=hparams, searcher={"max_length": {"batches": 12}}
+        "prepare",
+        hyperparameters=hparams,
+        searcher={"max_length": {"batches": 12}},
+        **(fields or {}),
     )
     spec = ExperimentSpec.from_config(
         load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "prepare"
@@ -134,7 +143,10 @@ def test_a_pause_right_after_a_preparation_resumes_exactly(tmp_path: pathlib.Pat
     expected = _train(whole, prepare=False, release=False)
     first = _runner(tmp_path, "first")
     head = [_plain(first.step())]
-    first.prepare()  # its loader started, then paused before it trained again
+    first.state()
+    first.park()  # released while it waited
+    first.prepare()  # rebuilt and its loader started, then paused before it trained again
+    assert first.loop is not None and first.loop._stream is not None
     saved = first.state()
     assert saved is not None
     resumed = _runner(tmp_path, "resumed")
@@ -159,3 +171,41 @@ def test_the_switch_is_on_unless_set_off_and_refuses_other_values(
     monkeypatch.setenv("SEARCHLAB_STANDBY_PREPARE", "maybe")
     with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY_PREPARE='maybe'"):
         check_environment()
+
+
+def test_a_validation_before_the_first_batch_starts_the_loader_after_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    # A validation (its callbacks, evaluate_batch) may change the dataset the workers copy.
+    fields = {"perform_initial_validation": True}
+    plain = _runner(tmp_path, "plain", fields=fields)
+    expected = _train(plain, prepare=False, release=False)
+    prepared = _runner(tmp_path, "prepared", fields=fields)
+    try:
+        prepared.prepare()
+        assert prepared.loop is not None and prepared.loop._stream is None
+        got = _train(prepared, prepare=True, release=True)
+        assert got[0]["group"] == "validation" and got[0]["batches"] == 0
+        assert got == expected
+    finally:
+        plain.close()
+        prepared.close()
+
+
+def test_a_loader_that_fails_to_start_fails_in_the_step_as_without_preparation(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = _runner(tmp_path, "failing")
+    try:
+        assert runner.loop is not None
+
+        def refuse() -> Any:
+            raise InvalidHP("no loader for these hyperparameters")
+
+        monkeypatch.setattr(runner.loop, "_batch_stream", refuse)
+        runner.prepare()  # the step meets the error where a trial's errors are handled
+        assert runner.loop._stream is None
+        result = runner.step()
+        assert result["done"] is True and result["group"] == "invalid_hp"
+    finally:
+        runner.close()
