@@ -13,7 +13,6 @@ import io
 import logging
 import math
 import os
-import pathlib
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -21,24 +20,18 @@ from typing import Any
 import torch
 
 from searchlab.errors import InvalidHP, SearchlabError
-from searchlab.experiment._idle import freeze_imported_objects
 from searchlab.experiment._protocol import (
     Outcome,
     TrialConfig,
     TrialReport,
 )
 from searchlab.experiment._spec import ExperimentSpec
+from searchlab.experiment._trial_build import build_trial_loop
 from searchlab.experiment._trial_files import FALLBACK_KEY
-from searchlab.pytorch import (
-    DistributedContext,
-    PyTorchTrialContext,
-    TrainUnit,
-    load_trial_class,
-)
+from searchlab.pytorch import DistributedContext, TrainUnit
 from searchlab.pytorch._callback import overrides
-from searchlab.pytorch._loop import LoopSettings, Report, TrialLoop
+from searchlab.pytorch._loop import Report, TrialLoop
 from searchlab.pytorch._state import TrialState
-from searchlab.pytorch._trainer import seed_everything
 
 __all__ = ["TrialRunner"]
 
@@ -90,7 +83,7 @@ class TrialRunner:
         self._checkpoint_uuid: str | None = None
         self.loop: TrialLoop | None = None
         try:
-            self.loop = self._make_loop(*self._build_args)
+            self.loop = self._make_loop()
         except InvalidHP as exc:
             self._invalid = str(exc) or "InvalidHP"
         except SearchlabError as exc:
@@ -101,43 +94,9 @@ class TrialRunner:
             # the retries of max_restarts.
             self._failure = exc
 
-    def _make_loop(
-        self,
-        hparams: dict[str, Any],
-        plan: TrialConfig,
-        trial_id: str,
-        logdir: str | None,
-        model_dir: str,
-        distributed: DistributedContext | None,
-    ) -> TrialLoop:
-        spec = self._spec
-        trial_class = load_trial_class(spec.entrypoint, model_dir)
-        if self._worker_process:
-            freeze_imported_objects()  # a process of its own: its imports stay for good
-        seed = plan.trial_seed
-        dist = distributed or DistributedContext()
-        seed_everything(seed + dist.rank)  # own RNG streams per worker; data order uses `seed`
-        context = PyTorchTrialContext(
-            hparams,
-            exp_conf=spec.exp_conf,
-            distributed=dist,
-            trial_seed=seed,
-            trial_id=trial_id,
-            experiment_id=spec.name,
-            aggregation_frequency=spec.aggregation_frequency,
-            tensorboard_path=pathlib.Path(logdir or ".") / "tensorboard",
-        )
-        trial = trial_class(context)
-        settings = LoopSettings(
-            scheduling_unit=spec.scheduling_unit,
-            validation_period=_unit(spec.validation_period),
-            checkpoint_period=_unit(spec.checkpoint_period),
-            checkpoint_policy=spec.checkpoint_policy,
-            searcher_metric=spec.metric,
-            smaller_is_better=spec.smaller_is_better,
-            perform_initial_validation=spec.perform_initial_validation,
-        )
-        return TrialLoop(trial, context, settings)
+    def _make_loop(self) -> TrialLoop:
+        """The user's trial built anew for this runner's config (``_trial_build``)."""
+        return build_trial_loop(self._spec, *self._build_args, worker_process=self._worker_process)
 
     def _rung_batches(self) -> list[int]:
         assert self.loop is not None
@@ -208,7 +167,7 @@ class TrialRunner:
         # GPU already, and the state must not need a second copy there.
         state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
         pending = list(state.pop(_PENDING_KEY, []))
-        loop = self._make_loop(*self._build_args)
+        loop = self._make_loop()
         loop.load_state_dict(state, checkpoint_uuid=checkpoint_uuid)
         self.loop, self._parked, self._events = loop, None, None  # kept until it worked
         self._pending = pending
@@ -387,7 +346,7 @@ class TrialRunner:
         self._pending = list(state.pop(_PENDING_KEY, []))
         if self._parked is not None:  # the loaded state replaces the kept one
             self._parked = None
-            self.loop = self._make_loop(*self._build_args)
+            self.loop = self._make_loop()
         self._checkpoint_uuid = checkpoint_uuid
         self._saved_state = None
         if self.loop is not None:
@@ -421,10 +380,6 @@ class TrialRunner:
                 logger.warning("trial shutdown hook failed:\n%s", traceback.format_exc())
             self.loop = None
             self._events = None
-
-
-def _unit(length: dict[str, int] | None) -> TrainUnit | None:
-    return TrainUnit.coerce(length) if length else None
 
 
 def _on_this_device() -> Any:
