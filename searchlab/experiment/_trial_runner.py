@@ -181,10 +181,10 @@ class TrialRunner:
         loop = self.loop
         if loop is None or self._pending or self._ahead is not None or self._events is not None:
             return
-        if self._next_target() is not None:  # the target the step's next segment sets too
-            # A failed start keeps no stream: the step makes it again and meets the same error
-            # where it ends a trial as it always did (an InvalidHP, a trial-definition error).
-            with contextlib.suppress(Exception):
+        # What fails here keeps no stream: the step does it again and meets the same error
+        # where it ends a trial as it always did (an InvalidHP, a trial-definition error).
+        with contextlib.suppress(Exception):
+            if self._next_target() is not None:  # the target the step's next segment sets too
                 loop.prime()
 
     def step(self) -> dict[str, Any]:

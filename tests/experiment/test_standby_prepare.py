@@ -209,3 +209,21 @@ def test_a_loader_that_fails_to_start_fails_in_the_step_as_without_preparation(
         assert result["done"] is True and result["group"] == "invalid_hp"
     finally:
         runner.close()
+
+
+def test_a_length_that_cannot_be_planned_fails_in_the_step_as_without_preparation(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = _runner(tmp_path, "unplanned")
+    try:
+
+        def refuse() -> list[int]:
+            raise ConfigError("searcher.max_length: records need global_batch_size")
+
+        monkeypatch.setattr(runner, "_rung_batches", refuse)
+        runner.prepare()
+        assert runner.loop is not None and runner.loop._stream is None
+        result = runner.step()  # a user error every trial would hit ends the trial
+        assert result["done"] is True and result["group"] == "error"
+    finally:
+        runner.close()
