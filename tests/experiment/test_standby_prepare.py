@@ -192,38 +192,34 @@ def test_a_validation_before_the_first_batch_starts_the_loader_after_it(
         prepared.close()
 
 
-def test_a_loader_that_fails_to_start_fails_in_the_step_as_without_preparation(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("where", "what", "error", "group"),
+    [
+        # the loader's start, as a user's sampler raising InvalidHP would make it fail
+        ("loop", "_batch_stream", InvalidHP("no loader for these hyperparameters"), "invalid_hp"),
+        # the plan of the segment: a user error every trial would hit
+        ("runner", "_rung_batches", ConfigError("max_length: needs global_batch_size"), "error"),
+    ],
+)
+def test_what_fails_while_preparing_fails_in_the_step_as_without_preparation(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    what: str,
+    error: Exception,
+    group: str,
 ) -> None:
     runner = _runner(tmp_path, "failing")
     try:
         assert runner.loop is not None
 
         def refuse() -> Any:
-            raise InvalidHP("no loader for these hyperparameters")
+            raise error
 
-        monkeypatch.setattr(runner.loop, "_batch_stream", refuse)
+        monkeypatch.setattr(runner.loop if where == "loop" else runner, what, refuse)
         runner.prepare()  # the step meets the error where a trial's errors are handled
         assert runner.loop._stream is None
         result = runner.step()
-        assert result["done"] is True and result["group"] == "invalid_hp"
-    finally:
-        runner.close()
-
-
-def test_a_length_that_cannot_be_planned_fails_in_the_step_as_without_preparation(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    runner = _runner(tmp_path, "unplanned")
-    try:
-
-        def refuse() -> list[int]:
-            raise ConfigError("searcher.max_length: records need global_batch_size")
-
-        monkeypatch.setattr(runner, "_rung_batches", refuse)
-        runner.prepare()
-        assert runner.loop is not None and runner.loop._stream is None
-        result = runner.step()  # a user error every trial would hit ends the trial
-        assert result["done"] is True and result["group"] == "error"
+        assert result["done"] is True and result["group"] == group
     finally:
         runner.close()
