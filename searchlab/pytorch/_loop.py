@@ -143,6 +143,11 @@ class TrialLoop:
     def epochs(self) -> float:
         return self.batches_trained / self.epoch_len
 
+    def _initial_validation_due(self) -> bool:
+        """A fresh trial validates before its first batch (``perform_initial_validation``)."""
+        fresh = self.batches_trained == 0 and self._last_validation_batch < 0
+        return self.settings.perform_initial_validation and fresh
+
     def validation_pending(self) -> bool:
         """A validation is due at this batch (a period's or ``target``'s) and has not run."""
         b = self.batches_trained
@@ -156,8 +161,7 @@ class TrialLoop:
         """Train up to ``self.target`` batches, yielding each report; ``target`` may change."""
         self._start()
         s = self.settings
-        fresh = self.batches_trained == 0 and self._last_validation_batch < 0
-        if s.perform_initial_validation and fresh:
+        if self._initial_validation_due():
             yield self._validation_report(checkpoint=False, done=self.target == 0)
         if s.test_mode:
             self.target = min(self.target, self.batches_trained + 1)
@@ -229,8 +233,7 @@ class TrialLoop:
         workers copy when they start)."""
         if self._stream is not None or not self._train.starts_at_stream or self._hooks_first():
             return
-        fresh = self.batches_trained == 0 and self._last_validation_batch < 0
-        if self.validation_pending() or (fresh and self.settings.perform_initial_validation):
+        if self.validation_pending() or self._initial_validation_due():
             return
         self._stream = self._batch_stream()
 
