@@ -18,6 +18,7 @@ TRAIN_AHEAD_VAR = "SEARCHLAB_TRAIN_AHEAD"
 BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
 STANDBY_VAR = "SEARCHLAB_STANDBY"
 STANDBY_PREPARE_VAR = "SEARCHLAB_STANDBY_PREPARE"
+STANDBY_AHEAD_VAR = "SEARCHLAB_STANDBY_AHEAD"
 CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
 # What ``auto`` means where the writing process also trains (a one-process trial): a thread,
 # also beside training. On an H100 a trial going on from a rung end waited a median
@@ -55,6 +56,9 @@ class ExperimentSpec:
     # Train the next report window while the previous report travels to the driver
     # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=1`` on the driver turns it on. Off by
     # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
+    # With standby, ``SEARCHLAB_STANDBY_AHEAD`` (on unless ``0``) sets it instead: the window
+    # trained ahead waits for the GPU's turn like any other, so a trial whose report is still
+    # on its way takes the GPU as soon as the other trial's window ends.
     train_ahead: bool = False
     # How a rung end's checkpoint state is written (``experiment._checkpoint_writer``), from
     # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver. Every value but ``off`` stages it (a
@@ -108,8 +112,11 @@ class ExperimentSpec:
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
-            # Standby trains the other trial while a report travels: nothing trains ahead.
-            train_ahead=_flag(TRAIN_AHEAD_VAR, default=False) and not standby,
+            train_ahead=(
+                _flag(STANDBY_AHEAD_VAR, default=True)
+                if standby
+                else _flag(TRAIN_AHEAD_VAR, default=False)
+            ),
             checkpoint_writes=checkpoint_writes(),
             standby_key=uuid.uuid4().hex if standby else None,
             standby_prepare=_flag(STANDBY_PREPARE_VAR, default=True),
@@ -123,6 +130,7 @@ def check_environment() -> None:
     _flag(TRAIN_AHEAD_VAR, default=False)
     standby_switch()
     _flag(STANDBY_PREPARE_VAR, default=True)
+    _flag(STANDBY_AHEAD_VAR, default=True)
     checkpoint_writes()
 
 

@@ -13,6 +13,12 @@ report leaves it. Both actors' models are on the GPU at once: each process keeps
 (~0.5 GiB) and the memory its allocator caches, so a trial that needs more than half the
 GPU's memory should not use it.
 
+A trial whose report is on its way to the driver trains its next window ahead
+(``TrialRunner.step``, ``SEARCHLAB_STANDBY_AHEAD``) in a thread that waits for the baton like
+the step does: when the other trial's window ends before the driver calls this one again, the
+GPU goes on with this trial's next window instead of waiting for Tune's round trip. A window
+trained ahead is the window the next call trains, so every trial trains exactly as without.
+
 The lock is ``flock`` on a file of the node (one per GPU and run, in a directory of the
 temporary folder only this user can enter): the kernel hands it over at once and frees it
 when its holder's process dies, so a killed worker never keeps the GPU. Processes forked
@@ -25,15 +31,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import math
 import os
 import pathlib
 import shutil
 import stat
 import tempfile
+import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 
-__all__ = ["GpuBaton", "baton_dir", "remove_baton_dir"]
+__all__ = ["COURTESY_S", "GpuBaton", "baton_dir", "remove_baton_dir"]
+
+# How long a process that just gave the GPU back waits before it asks again (``held``).
+COURTESY_S = 0.002
 
 
 def _dir_path(key: str) -> pathlib.Path:
@@ -88,6 +100,10 @@ class GpuBaton:
         self._fd: int | None = os.open(
             self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
+        # flock excludes open files, not the threads sharing one: the step's thread and the
+        # thread training ahead also take turns on this.
+        self._threads = threading.Lock()
+        self._released = -math.inf  # monotonic time this process last gave the GPU back
         _OPEN.add(self)
 
     @classmethod
@@ -100,14 +116,24 @@ class GpuBaton:
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Wait for the GPU, train, give it back (also when training raised)."""
-        if self._fd is None:
-            raise RuntimeError("the GPU baton was closed")
-        fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits without the GIL
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        """Wait for the GPU, train, give it back (also when training raised).
+
+        Right after this process gave the GPU back, it first leaves the other actor, woken
+        by that release, ``COURTESY_S`` to take it: the kernel does not queue flock's waiters,
+        and a window trained ahead, asked for at once, would otherwise often win the GPU
+        again and make the other trial wait a window more."""
+        with self._threads:
+            if self._fd is None:
+                raise RuntimeError("the GPU baton was closed")
+            wait = self._released + COURTESY_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits without the GIL
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                self._released = time.monotonic()
 
     def close(self) -> None:
         """Let go of the lock file (the file stays: another actor may hold or wait on it)."""

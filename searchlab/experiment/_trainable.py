@@ -10,7 +10,6 @@ with data-parallel workers.
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import time
 from typing import Any
@@ -129,6 +128,7 @@ class SearchlabTrainable(tune.Trainable):
             logdir=self.logdir,
             model_dir=shipped_model_dir(self._spec),
             worker_process=True,
+            turn=self._baton.held if self._baton is not None else None,
         )
         self._runner.timing["build_s"] = time.perf_counter() - began
 
@@ -138,8 +138,6 @@ class SearchlabTrainable(tune.Trainable):
         free_accelerator_memory()
 
     def step(self) -> dict[str, Any]:
-        # With standby, this GPU's other trial actor trains whenever this one does not.
-        turn = self._baton.held() if self._baton is not None else contextlib.nullcontext()
         with self._idle.busy():
             assert self._runner is not None
             # Its own failed write fails it, as a failed save did; a write this trial must
@@ -147,8 +145,9 @@ class SearchlabTrainable(tune.Trainable):
             self._writer.before_training(self.trial_id)
             if self._baton is not None and self._spec.standby_prepare:
                 self._runner.prepare()  # while this GPU's other trial trains
-            with turn:
-                return self._runner.step()
+            # With standby, the runner trains in the GPU's turn (the baton): this GPU's
+            # other trial actor trains whenever this one does not.
+            return self._runner.step()
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():

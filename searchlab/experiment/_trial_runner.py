@@ -14,7 +14,7 @@ import logging
 import math
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -47,6 +47,8 @@ class TrialRunner:
 
     ``worker_process``: the runner lives in a Ray worker of its own (a trainable's actor, a
     data-parallel rank), whose imported objects may leave the garbage collector's scans.
+    ``turn``: the GPU's turn (standby's ``GpuBaton.held``), held for every window that
+    trains, a window trained ahead included.
     """
 
     def __init__(
@@ -59,9 +61,11 @@ class TrialRunner:
         model_dir: str,
         distributed: DistributedContext | None = None,
         worker_process: bool = False,
+        turn: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self._spec = spec
         self._worker_process = worker_process
+        self._turn = turn or contextlib.nullcontext
         os.environ.update(spec.environment_variables)
         plan = TrialConfig.from_tune(config)
         self._rung_ends: list[int] = list(plan.rung_ends)
@@ -190,7 +194,7 @@ class TrialRunner:
     def step(self) -> dict[str, Any]:
         """Train to the next report and return it as a Tune result.
 
-        With ``train_ahead`` (the default), a training report inside a segment is handed out
+        With ``train_ahead``, a training report inside a segment is handed out
         while the next window already trains in a background thread, so the GPU does not
         wait for the report's way through Tune. The windows, their order and every RNG draw
         are the same as without it; a save taken meanwhile waits for that window and keeps
@@ -201,14 +205,14 @@ class TrialRunner:
         self._saved_state = None
         result = self._take_ahead()
         if result is None:
-            result = self._step()
+            result = self._step_in_turn()
         self._last_rung_end = TrialReport.of(result).rung is not None and not result.get("done")
         if self._may_train_ahead(result):
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="searchlab-train-ahead"
                 )
-            self._ahead = self._executor.submit(_on_this_device(), self._step)
+            self._ahead = self._executor.submit(_on_this_device(), self._step_in_turn)
         if self._warnings or self.timing:
             report = TrialReport.of(result).merged(
                 warning="; ".join(self._warnings) or None, timing=self.timing or None
@@ -241,6 +245,10 @@ class TrialRunner:
         if self._ahead is not None:
             ahead, self._ahead = self._ahead, None
             self._pending.append(ahead.result())
+
+    def _step_in_turn(self) -> dict[str, Any]:
+        with self._turn():
+            return self._step()
 
     def _step(self) -> dict[str, Any]:
         if self._invalid is not None:

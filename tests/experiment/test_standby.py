@@ -277,15 +277,24 @@ def test_a_resumed_experiment_keeps_the_setting_it_started_with(
     assert "SEARCHLAB_STANDBY=1" in said[-1]
 
 
-def test_the_switch_sets_a_run_key_and_turns_train_ahead_off(
+def test_the_switch_sets_a_run_key_and_its_own_train_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("SEARCHLAB_TRAIN_AHEAD", "1")
+    monkeypatch.setenv("SEARCHLAB_TRAIN_AHEAD", "0")
     assert ExperimentSpec.from_config(_cfg(), "s").standby_key is None
+    assert not ExperimentSpec.from_config(_cfg(), "s").train_ahead
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
     one, two = (ExperimentSpec.from_config(_cfg(), "s") for _ in range(2))
     assert one.standby_key and two.standby_key and one.standby_key != two.standby_key
-    assert one.standby_key.isalnum() and not one.train_ahead
+    # With standby, SEARCHLAB_STANDBY_AHEAD (on unless 0) decides, not SEARCHLAB_TRAIN_AHEAD.
+    assert one.standby_key.isalnum() and one.train_ahead
+    monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "0")
+    monkeypatch.setenv("SEARCHLAB_TRAIN_AHEAD", "1")
+    assert not ExperimentSpec.from_config(_cfg(), "s").train_ahead
+    monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "later")
+    with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY_AHEAD='later' is not on or off"):
+        check_environment()
+    monkeypatch.delenv("SEARCHLAB_STANDBY_AHEAD")
     monkeypatch.setenv("SEARCHLAB_STANDBY", "maybe")
     with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY='maybe' is not on or off"):
         check_environment()
