@@ -387,8 +387,8 @@ SIDES = {
     "searchlab_standby_unprepared": _searchlab_with(
         {"SEARCHLAB_STANDBY": "1", "SEARCHLAB_STANDBY_PREPARE": "0"}
     ),
-    # The same without the next window trained ahead in the GPU's turn.
-    "searchlab_standby_no_ahead": _searchlab_with(
-        {"SEARCHLAB_STANDBY": "1", "SEARCHLAB_STANDBY_AHEAD": "0"}
+    # The same with the next window trained ahead in the GPU's turn.
+    "searchlab_standby_ahead": _searchlab_with(
+        {"SEARCHLAB_STANDBY": "1", "SEARCHLAB_STANDBY_AHEAD": "1"}
     ),
 }

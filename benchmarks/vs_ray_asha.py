@@ -52,8 +52,9 @@ trial's window and the other trial's on the same GPU, and ``wait_per_report_s`` 
 each trial's wait for the other's window. ``searchlab_standby_unprepared`` also sets
 ``SEARCHLAB_STANDBY_PREPARE=0``: the waiting actor no longer rebuilds a released trial and
 starts its loader's workers before it takes the GPU, but in the window that trains.
-``searchlab_standby_no_ahead`` sets ``SEARCHLAB_STANDBY_AHEAD=0``: a trial no longer trains
-its next window ahead, in the GPU's turn, while its report travels to the driver.
+``searchlab_standby_ahead`` sets ``SEARCHLAB_STANDBY_AHEAD=1``: a trial trains its next
+window ahead, in the GPU's turn, while its report travels to the driver (call 12B measured it
+on by default, as ``searchlab_standby``, against ``SEARCHLAB_STANDBY_AHEAD=0``).
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the

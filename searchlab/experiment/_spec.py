@@ -56,9 +56,10 @@ class ExperimentSpec:
     # Train the next report window while the previous report travels to the driver
     # (``TrialRunner.step``); ``SEARCHLAB_TRAIN_AHEAD=1`` on the driver turns it on. Off by
     # default: on one H100 it did not change how busy the GPU was (benchmarks/README.md).
-    # With standby, ``SEARCHLAB_STANDBY_AHEAD`` (on unless ``0``) sets it instead: the window
-    # trained ahead waits for the GPU's turn like any other, so a trial whose report is still
-    # on its way takes the GPU as soon as the other trial's window ends.
+    # With standby, ``SEARCHLAB_STANDBY_AHEAD=1`` sets it instead: the window trained ahead
+    # waits for the GPU's turn like any other, so a trial whose report is still on its way
+    # takes the GPU as soon as the other trial's window ends. Off by default too: on one H200
+    # it left the GPU as idle as without (call 12B, benchmarks/README.md).
     train_ahead: bool = False
     # How a rung end's checkpoint state is written (``experiment._checkpoint_writer``), from
     # ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` on the driver. Every value but ``off`` stages it (a
@@ -113,7 +114,7 @@ class ExperimentSpec:
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
             train_ahead=(
-                _flag(STANDBY_AHEAD_VAR, default=True)
+                _flag(STANDBY_AHEAD_VAR, default=False)
                 if standby
                 else _flag(TRAIN_AHEAD_VAR, default=False)
             ),
@@ -130,7 +131,7 @@ def check_environment() -> None:
     _flag(TRAIN_AHEAD_VAR, default=False)
     standby_switch()
     _flag(STANDBY_PREPARE_VAR, default=True)
-    _flag(STANDBY_AHEAD_VAR, default=True)
+    _flag(STANDBY_AHEAD_VAR, default=False)
     checkpoint_writes()
 
 

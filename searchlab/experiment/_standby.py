@@ -13,9 +13,9 @@ report leaves it. Both actors' models are on the GPU at once: each process keeps
 (~0.5 GiB) and the memory its allocator caches, so a trial that needs more than half the
 GPU's memory should not use it.
 
-A trial whose report is on its way to the driver trains its next window ahead
-(``TrialRunner.step``, ``SEARCHLAB_STANDBY_AHEAD``) in a thread that waits for the baton like
-the step does: when the other trial's window ends before the driver calls this one again, the
+With ``SEARCHLAB_STANDBY_AHEAD=1``, a trial whose report is on its way to the driver trains
+its next window ahead (``TrialRunner.step``) in a thread that waits for the baton like the
+step does: when the other trial's window ends before the driver calls this one again, the
 GPU goes on with this trial's next window instead of waiting for Tune's round trip. A window
 trained ahead is the window the next call trains, so every trial trains exactly as without.
 

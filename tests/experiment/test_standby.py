@@ -286,8 +286,10 @@ def test_the_switch_sets_a_run_key_and_its_own_train_ahead(
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
     one, two = (ExperimentSpec.from_config(_cfg(), "s") for _ in range(2))
     assert one.standby_key and two.standby_key and one.standby_key != two.standby_key
-    # With standby, SEARCHLAB_STANDBY_AHEAD (on unless 0) decides, not SEARCHLAB_TRAIN_AHEAD.
-    assert one.standby_key.isalnum() and one.train_ahead
+    # With standby, SEARCHLAB_STANDBY_AHEAD (off unless 1) decides, not SEARCHLAB_TRAIN_AHEAD.
+    assert one.standby_key.isalnum() and not one.train_ahead
+    monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "1")
+    assert ExperimentSpec.from_config(_cfg(), "s").train_ahead
     monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "0")
     monkeypatch.setenv("SEARCHLAB_TRAIN_AHEAD", "1")
     assert not ExperimentSpec.from_config(_cfg(), "s").train_ahead
