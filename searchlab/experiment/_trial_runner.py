@@ -199,13 +199,21 @@ class TrialRunner:
         wait for the report's way through Tune. The windows, their order and every RNG draw
         are the same as without it; a save taken meanwhile waits for that window and keeps
         its report in the checkpoint, to be handed out first on resume (``_PENDING_KEY``).
-        Nothing is trained ahead of a rung end, a validation or a checkpoint.
+        Nothing is trained ahead of a rung end, a validation or a checkpoint. With a ``turn``
+        (standby's GPU baton), every window trains in it, one trained ahead included, and a
+        parked trial is rebuilt in it.
         """
-        self.unpark()
         self._saved_state = None
-        result = self._take_ahead()
-        if result is None:
-            result = self._step_in_turn()
+        if self._parked is not None:  # rebuilt in the GPU's turn (parked: nothing trains ahead)
+            with self._turn():
+                self.unpark()
+                result = self._take_ahead()  # a report its kept state still owed, if any
+                if result is None:
+                    result = self._step()
+        else:
+            result = self._take_ahead()
+            if result is None:
+                result = self._step_in_turn()
         self._last_rung_end = TrialReport.of(result).rung is not None and not result.get("done")
         if self._may_train_ahead(result):
             if self._executor is None:

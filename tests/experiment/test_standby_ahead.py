@@ -187,6 +187,31 @@ def test_taking_turns_with_another_trial_trains_exactly_as_alone(
     other.close()
 
 
+def test_a_released_trial_is_rebuilt_in_its_turn(tmp_path: pathlib.Path) -> None:
+    # Without standby's preparation (SEARCHLAB_STANDBY_PREPARE=0), the step rebuilds a
+    # released trial; with standby it does so holding the GPU, as it trains.
+    expected = _train(_runner(tmp_path, "plain", ahead=False))
+    baton = GpuBaton("k1", "0", NODE)
+    parked_in_turn: list[bool] = []
+
+    @contextlib.contextmanager
+    def turn() -> Iterator[None]:
+        with baton.held():
+            parked_in_turn.append(runner.parked)
+            yield
+
+    runner = _runner(tmp_path, "released", ahead=False, turn=turn)
+    got = [_plain(runner.step())]
+    runner.state()
+    runner.park()  # released between its turns, as an idle standby actor does
+    assert runner.parked
+    got += _train(runner)
+    assert got == expected
+    assert parked_in_turn[:2] == [False, True]  # the second turn found it still released
+    assert not any(parked_in_turn[2:])
+    baton.close()
+
+
 def test_a_process_that_just_gave_the_gpu_back_lets_the_waiting_one_take_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
