@@ -109,6 +109,7 @@ def test_a_window_trained_ahead_waits_while_the_other_trial_has_the_gpu(
     # The window trained ahead asks for the GPU right after the step's window gave it back,
     # and first leaves another actor the courtesy to take it: long here, so that this test's
     # "other trial" takes it before the window trained ahead does, however loaded the machine.
+    courtesy = standby.COURTESY_S
     monkeypatch.setattr(standby, "COURTESY_S", 1.0)
     expected = _train(_runner(tmp_path, "plain", ahead=False))
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
@@ -133,6 +134,7 @@ def test_a_window_trained_ahead_waits_while_the_other_trial_has_the_gpu(
         held_until = time.monotonic()
     ahead.result(timeout=60)  # trained with no step waiting for it
     assert runner.loop.batches_trained == 2 and len(spans) == 2 and spans[1][0] >= held_until
+    monkeypatch.setattr(standby, "COURTESY_S", courtesy)  # the rest at the usual pace
     got += _train(runner)
     assert got == expected
     mine.close()
