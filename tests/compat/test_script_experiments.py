@@ -211,6 +211,7 @@ def test_a_missing_searcher_metric_stops_the_experiment(ray_session, tmp_path) -
         _run(config, SCRIPTS / "core", tmp_path)
 
 
+@pytest.mark.slow
 def test_the_determined_examples_run(ray_session, tmp_path) -> None:
     offline = "data.offline=true"
     trainer = EXAMPLES / "determined_trainer"

@@ -64,6 +64,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_each_failure_kind_retries_then_errors_while_the_others_complete(
     ray_session: Any, tmp_path: pathlib.Path
 ) -> None:

@@ -411,6 +411,7 @@ json.dump(
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.timeout(2 * 600 + 60)  # the two searches' own limits, and the checks
 def test_a_search_takes_turns_on_its_gpu(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
