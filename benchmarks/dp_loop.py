@@ -1,11 +1,11 @@
 """searchlab's TrialLoop against a hand-written DDP loop of the same step, under torchrun, no Ray.
 
     PYTHONPATH=. python benchmarks/dp_loop.py [--gpus 2] [--rounds 3] [--batches 800]
-    PYTHONPATH=. python benchmarks/dp_loop.py --smoke   # CPU, gloo, 2 processes, tiny: < 1 min
+    PYTHONPATH=. python benchmarks/dp_loop.py --smoke   # CPU, gloo, 2 processes, < 1 min
 
 Each run is ``python -m torch.distributed.run --standalone --nproc_per_node=G
 benchmarks/dp_loop.py --worker --side S ...``: G processes (one per GPU, nccl; ``--smoke``: 2
-CPU processes, gloo), each training ``--model`` (default ``resnet18``: ``model_def.make_model``,
+CPU processes, gloo, 2 images a batch), each training ResNet-18 (``model_def.make_model``,
 channels-last, behind the uint8-to-float input layer) at ``--batch`` images per rank with SGD +
 momentum (``model_def``'s defaults) under bf16 autocast (``--no-amp``: fp32), on synthetic
 CIFAR-shaped data loaded with ``--workers`` workers per rank, pinned memory on GPU, ``drop_last``
@@ -16,7 +16,7 @@ The sides, the same step on the same data:
   more than one rank, as ``wrap_model``), ``DistributedSampler``, non-blocking copies, forward
   and loss under autocast, then ``backward``, ``opt.step()``, ``opt.zero_grad(set_to_none)``;
 - ``loop``: searchlab's ``TrialLoop`` (the loop of ``Trainer.fit`` and of the Ray trainable) on
-  a trial shaped as ``model_def.CifarResNetTrial`` (``use_amp``, ``wrap_model``,
+  ``model_def.CifarResNetTrial``, the trial of ``data_parallel.py`` (``use_amp``, ``wrap_model``,
   ``context.backward``, ``step_optimizer``, searchlab's ``DataLoader``, the ``wall_time`` and
   ``report_gap_s`` reducers), driven in the main thread with ``scheduling_unit`` ``--every``: a
   training report (losses to the host, metrics gathered over ranks) every ``--every`` batches;
@@ -61,80 +61,19 @@ import torch
 import torch.distributed as dist
 from _cifar import CifarTensors, ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import add_common_args, print_table, result_path, write_result
-from model_def import HPARAM_DEFAULTS, CifarInput, ReportGap, WallClock, make_optimizer
-from model_def import make_model as make_resnet
+from model_def import HPARAM_DEFAULTS, CifarResNetTrial, make_model, make_optimizer
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from searchlab import pytorch
 from searchlab.pytorch import DistributedContext, PyTorchTrialContext
 from searchlab.pytorch._loop import LoopSettings, TrialLoop
 from searchlab.pytorch._trainer import seed_everything
 
 HERE = pathlib.Path(__file__).resolve().parent
 SIDES = ("hand", "loop", "handwide")
-SMOKE = {"model": "tiny", "batch": 16, "workers": 1, "warmup": 5, "batches": 20, "every": 5}
-
-
-def make_model(kind: str) -> nn.Module:
-    """``resnet18``: ``model_def.make_model``; ``tiny``: the same input layer, 2 conv + BN, fc."""
-    if kind == "resnet18":
-        return make_resnet()
-    body = nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1, bias=False),
-        nn.BatchNorm2d(8),
-        nn.ReLU(),
-        nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False),
-        nn.BatchNorm2d(16),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(16, 10),
-    )
-    return nn.Sequential(CifarInput(True), body).to(memory_format=torch.channels_last)
-
-
-class LoopTrial(pytorch.PyTorchTrial):
-    """``model_def.CifarResNetTrial`` with ``make_model``'s choice of model."""
-
-    def __init__(self, context: PyTorchTrialContext) -> None:
-        self.context = context
-        self.hp = context.get_hparams()
-        self.root = context.get_data_config()["root"]
-        if self.hp["amp"]:
-            context.experimental.use_amp()
-        self.model = context.wrap_model(make_model(self.hp["model"]))
-        self.opt = context.wrap_optimizer(make_optimizer(self.model, HPARAM_DEFAULTS))
-        context.wrap_reducer(WallClock(), name="wall_time", for_validation=False)
-        self.report_gap = ReportGap()
-        context.wrap_reducer(self.report_gap, name="report_gap_s", for_validation=False)
-
-    def build_training_data_loader(self) -> pytorch.DataLoader:
-        return pytorch.DataLoader(
-            CifarTensors.load(self.root, train=True, length=self.hp["epoch_images"]),
-            batch_size=self.context.get_per_slot_batch_size(),
-            shuffle=True,
-            drop_last=True,
-            num_workers=self.hp["num_workers"],
-            pin_memory=self.context.device.type == "cuda",
-        )
-
-    def build_validation_data_loader(self) -> pytorch.DataLoader:
-        return pytorch.DataLoader(CifarTensors.load(self.root, train=False), batch_size=64)
-
-    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
-        self.report_gap.batch_started()
-        x, y = batch
-        loss = nn.functional.cross_entropy(self.model(x), y)
-        self.context.backward(loss)
-        self.context.step_optimizer(self.opt)
-        return {"loss": loss}
-
-    def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        x, y = batch
-        return {"validation_loss": nn.functional.cross_entropy(self.model(x).float(), y)}
+SMOKE = {"batch": 2, "workers": 1, "warmup": 2, "batches": 6, "every": 2}
 
 
 class Clock:
@@ -181,7 +120,8 @@ def run_hand(args: argparse.Namespace, rank: int, world: int, clock: Clock) -> N
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
-    model: nn.Module = make_model(args.model).to(device)
+    torch.backends.cudnn.benchmark = bool(HPARAM_DEFAULTS["cudnn_benchmark"])  # as the trial
+    model: nn.Module = make_model().to(device)
     if world > 1:  # as context.wrap_model: DDP only with several ranks
         model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     opt = make_optimizer(model, HPARAM_DEFAULTS)
@@ -239,20 +179,18 @@ def run_loop(args: argparse.Namespace, rank: int, world: int, clock: Clock) -> N
     hparams = {
         "global_batch_size": args.batch * world,
         "amp": not args.no_amp,
-        "model": args.model,
         "num_workers": args.workers,
-        "epoch_images": args.epoch_images,
     }
     context = PyTorchTrialContext(
         hparams,
-        exp_conf={"data": {"root": str(args.data_root)}},
+        exp_conf={"data": {"root": str(args.data_root), "epoch_images": args.epoch_images}},
         distributed=DistributedContext(rank=rank, size=world),
         trial_seed=0,
     )
     settings = LoopSettings(
         scheduling_unit=args.every, checkpoint_policy="none", searcher_metric="validation_loss"
     )
-    loop = TrialLoop(LoopTrial(context), context, settings)
+    loop = TrialLoop(CifarResNetTrial(context), context, settings)
     # Past the timed batches, so the final validation and report are never reached.
     loop.target = args.warmup + args.batches + args.every
     events = loop.run()
@@ -313,7 +251,6 @@ def launch(
         f"--out={out}",
         f"--data-root={args.data_root}",
         f"--epoch-images={args.epoch_images}",
-        f"--model={args.model}",
         f"--batch={args.batch}",
         f"--workers={args.workers}",
         f"--warmup={args.warmup}",
@@ -425,7 +362,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "summary": summarise(runs, gpus),
         "runs": runs,
         "config": {
-            "model": args.model,
+            "model": "resnet18",
             "device": "cuda" if cuda else "cpu",
             "autocast": None if args.no_amp else "bfloat16",
             "gpus": gpus,
@@ -481,7 +418,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_args(p)
     p.add_argument("--gpus", type=int, default=0, help="ranks per run (0: all visible GPUs)")
     p.add_argument("--rounds", type=int, default=None, help="runs of each side (3; --smoke: 2)")
-    p.add_argument("--model", choices=("resnet18", "tiny"), default="resnet18")
     p.add_argument("--batch", type=int, default=256, help="images per rank and batch")
     p.add_argument("--workers", type=int, default=4, help="DataLoader workers per rank")
     p.add_argument("--warmup", type=int, default=100, help="untimed batches first")
