@@ -92,6 +92,34 @@ def batches(loader: DataLoader, sampler: DistributedSampler) -> Iterator[Any]:
         epoch += 1
 
 
+def shard_batches(
+    data_root: pathlib.Path,
+    epoch_images: int,
+    *,
+    world: int,
+    rank: int,
+    batch: int,
+    workers: int,
+    cuda: bool,
+    seed: int,
+) -> Iterator[Any]:
+    """This rank's batches: a shuffled shard of the training images (``DistributedSampler``),
+    ``drop_last``, ``workers`` loader processes, pinned memory on GPU (also ``dp_loop.py``'s)."""
+    data = CifarTensors.load(data_root, train=True, length=epoch_images)
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        data, num_replicas=world, rank=rank, shuffle=True, seed=seed
+    )
+    loader = DataLoader(
+        data,
+        batch_size=batch,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=cuda,
+    )
+    return batches(loader, sampler)
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -149,19 +177,16 @@ def main() -> None:
     opt = torch.optim.SGD(
         model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
     )
-    data = CifarTensors.load(args.data_root, train=True, length=args.epoch_images)
-    sampler: DistributedSampler[Any] = DistributedSampler(
-        data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed
+    stream = shard_batches(
+        args.data_root,
+        args.epoch_images,
+        world=world,
+        rank=rank,
+        batch=args.per_gpu_batch,
+        workers=args.num_workers,
+        cuda=cuda,
+        seed=args.seed,
     )
-    loader = DataLoader(
-        data,
-        batch_size=args.per_gpu_batch,
-        sampler=sampler,
-        drop_last=True,
-        num_workers=args.num_workers,
-        pin_memory=cuda,
-    )
-    stream = batches(loader, sampler)
     model.train()
     ready = time.time()
 

@@ -54,18 +54,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
-from _cifar import CifarTensors, ensure_fake_cifar  # also puts resnet_model/ on sys.path
+from _cifar import ensure_fake_cifar  # also puts resnet_model/ on sys.path
 from _common import add_common_args, print_table, result_path, write_result
+from _ddp_torchrun import shard_batches
 from model_def import HPARAM_DEFAULTS, CifarResNetTrial, make_model, make_optimizer
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader
-from torch.utils.data.distributed import DistributedSampler
 
 from searchlab.pytorch import DistributedContext, PyTorchTrialContext
 from searchlab.pytorch._loop import LoopSettings, TrialLoop
@@ -125,27 +124,16 @@ def run_hand(args: argparse.Namespace, rank: int, world: int, clock: Clock) -> N
     if world > 1:  # as context.wrap_model: DDP only with several ranks
         model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     opt = make_optimizer(model, HPARAM_DEFAULTS)
-    data = CifarTensors.load(args.data_root, train=True, length=args.epoch_images)
-    sampler: DistributedSampler[Any] = DistributedSampler(
-        data, num_replicas=world, rank=rank, shuffle=True, seed=0
+    stream = shard_batches(
+        args.data_root,
+        args.epoch_images,
+        world=world,
+        rank=rank,
+        batch=args.batch,
+        workers=args.workers,
+        cuda=cuda,
+        seed=0,
     )
-    loader = DataLoader(
-        data,
-        batch_size=args.batch,
-        sampler=sampler,
-        drop_last=True,
-        num_workers=args.workers,
-        pin_memory=cuda,
-    )
-
-    def batches() -> Iterator[Any]:
-        epoch = 0
-        while True:
-            sampler.set_epoch(epoch)
-            yield from loader
-            epoch += 1
-
-    stream = batches()
     model.train()
     amp, wide = not args.no_amp, args.side == "handwide"
 
