@@ -39,6 +39,7 @@ __all__ = [
     "print_table",
     "result_path",
     "run_search",
+    "torchrun_json",
     "write_result",
 ]
 
@@ -187,3 +188,35 @@ def run_search(
         print("\n".join(lines[-40:]))
         raise RuntimeError(f"{name}: expected {trials} completed trials, got states {states}")
     return results, wall
+
+
+def torchrun_json(
+    cmd: Sequence[str],
+    *,
+    out: pathlib.Path,
+    env: Mapping[str, str],
+    cwd: pathlib.Path,
+    verbose: bool,
+    timeout: float,
+) -> dict[str, Any]:
+    """Run a torchrun command whose rank 0 writes a JSON file ``out``: that file's content,
+    with ``launch_wall_s`` (from the launch to the exit). On a failed run, print its last 60
+    lines of output (``verbose`` shows them as they come instead) and raise."""
+    began = time.time()
+    proc = subprocess.run(
+        list(cmd),
+        env=dict(env),
+        cwd=cwd,
+        capture_output=not verbose,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    wall = time.time() - began
+    if proc.returncode != 0 or not out.is_file():
+        if proc.stdout or proc.stderr:
+            print("\n".join(((proc.stdout or "") + (proc.stderr or "")).splitlines()[-60:]))
+        raise RuntimeError(f"torchrun exited with {proc.returncode}: {' '.join(cmd)}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["launch_wall_s"] = wall
+    return result

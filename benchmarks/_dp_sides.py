@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import pathlib
 import re
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
 import torch
 from _cifar import MODEL_DIR  # also puts resnet_model/ on sys.path
-from _common import environment, run_search
+from _common import environment, run_search, torchrun_json
 from _rank_watch import RankMatch, RankWatch
 from model_def import HPARAM_DEFAULTS
 
@@ -116,23 +114,14 @@ def run_torchrun(
     # The rest of the environment (NCCL settings included) reaches every rank as it is.
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     env.update(nccl_log_env(nccl_dir))
-    began = time.time()
-    proc = subprocess.run(
+    result = torchrun_json(
         cmd,
+        out=out,
         env=env,
         cwd=HERE.parent,
-        capture_output=not args.verbose,
-        text=True,
+        verbose=args.verbose,
         timeout=300 + 4 * args.seconds,
-        check=False,
     )
-    wall = time.time() - began
-    if proc.returncode != 0 or not out.is_file():
-        if proc.stdout or proc.stderr:
-            print("\n".join(((proc.stdout or "") + (proc.stderr or "")).splitlines()[-60:]))
-        raise RuntimeError(f"torchrun exited with {proc.returncode}: {' '.join(cmd)}")
-    result = json.loads(out.read_text())
-    result["launch_wall_s"] = wall
     result["nccl_transports"] = nccl_transports(nccl_dir)
     return result
 

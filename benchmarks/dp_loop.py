@@ -50,7 +50,6 @@ import os
 import pathlib
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,7 +59,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 from _cifar import ensure_fake_cifar  # also puts resnet_model/ on sys.path
-from _common import add_common_args, print_table, result_path, write_result
+from _common import add_common_args, print_table, result_path, torchrun_json, write_result
 from _ddp_torchrun import shard_batches
 from model_def import HPARAM_DEFAULTS, CifarResNetTrial, make_model, make_optimizer
 from torch import nn
@@ -253,27 +252,20 @@ def launch(
         "PYTHONPATH": path,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default, stated
     }
-    began = time.time()
-    proc = subprocess.run(
+    run = torchrun_json(
         cmd,
+        out=out,
         env=env,
         cwd=HERE.parent,
-        capture_output=not args.verbose,
-        text=True,
+        verbose=args.verbose,
         timeout=300 + args.warmup + args.batches,
-        check=False,
     )
-    if proc.returncode != 0 or not out.is_file():
-        print("\n".join(((proc.stdout or "") + (proc.stderr or "")).splitlines()[-60:]))
-        raise RuntimeError(f"torchrun exited with {proc.returncode}: {' '.join(cmd)}")
-    run = json.loads(out.read_text())
     ranks = run["ranks"]
     return {
         "round": round_no,
         **run,
         "wall_ms_per_batch": max(r["wall_ms_per_batch"] for r in ranks),
         "cpu_ms_per_batch": statistics.mean(r["cpu_ms_per_batch"] for r in ranks),
-        "launch_wall_s": time.time() - began,
     }
 
 
