@@ -24,6 +24,7 @@ import pathlib
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -191,21 +192,35 @@ def run_search(
 
 
 def torchrun_json(
-    cmd: Sequence[str],
+    script: pathlib.Path,
+    script_args: Sequence[str],
     *,
+    gpus: int,
     out: pathlib.Path,
     env: Mapping[str, str],
     cwd: pathlib.Path,
     verbose: bool,
     timeout: float,
 ) -> dict[str, Any]:
-    """Run a torchrun command whose rank 0 writes a JSON file ``out``: that file's content,
-    with ``launch_wall_s`` (from the launch to the exit). On a failed run, print its last 60
-    lines of output (``verbose`` shows them as they come instead) and raise."""
+    """``python -m torch.distributed.run --standalone --nproc_per_node=gpus script
+    *script_args``, whose rank 0 writes a JSON file ``out``: that file's content, with
+    ``launch_wall_s`` (from the launch to the exit). On a failed run, print its last 60 lines
+    of output (``verbose`` shows them as they come instead) and raise. ``OMP_NUM_THREADS``
+    defaults to 1, torchrun's own default for several processes a node, stated so that it
+    prints no warning; the rest of ``env`` (NCCL settings included) reaches every rank."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={gpus}",
+        str(script),
+        *script_args,
+    ]
     began = time.time()
     proc = subprocess.run(
-        list(cmd),
-        env=dict(env),
+        cmd,
+        env={"OMP_NUM_THREADS": "1", **env},
         cwd=cwd,
         capture_output=not verbose,
         text=True,

@@ -12,7 +12,6 @@ import os
 import pathlib
 import re
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -87,13 +86,7 @@ def run_torchrun(
     out = tmp / f"torchrun-{round_no}.json"
     nccl_dir = tmp / f"nccl-torchrun-{round_no}"
     hp = HPARAM_DEFAULTS
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={gpus}",
-        str(WORKER),
+    worker_args = [
         f"--data-root={root}",
         f"--epoch-images={epoch_images}",
         f"--out={out}",
@@ -110,12 +103,11 @@ def run_torchrun(
         f"--max-batches={args.max_batches}",
         *(["--no-amp"] if args.no_amp else []),
     ]
-    # torchrun's own default for several processes per node, stated so it prints no warning.
-    # The rest of the environment (NCCL settings included) reaches every rank as it is.
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.update(nccl_log_env(nccl_dir))
+    env = {**os.environ, **nccl_log_env(nccl_dir)}
     result = torchrun_json(
-        cmd,
+        WORKER,
+        worker_args,
+        gpus=gpus,
         out=out,
         env=env,
         cwd=HERE.parent,

@@ -226,13 +226,7 @@ def launch(
 ) -> dict[str, Any]:
     """One torchrun run of ``side``; its ranks' figures with the run's wall and CPU per batch."""
     out = tmp / f"{side}-round{round_no}.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={gpus}",
-        str(pathlib.Path(__file__).resolve()),
+    worker_args = [
         "--worker",
         f"--side={side}",
         f"--out={out}",
@@ -247,13 +241,11 @@ def launch(
         *([f"--profile={args.profile / f'{side}-round{round_no}.prof'}"] if args.profile else []),
     ]
     path = os.pathsep.join(p for p in (str(HERE.parent), os.environ.get("PYTHONPATH")) if p)
-    env = {
-        **os.environ,
-        "PYTHONPATH": path,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default, stated
-    }
+    env = {**os.environ, "PYTHONPATH": path}
     run = torchrun_json(
-        cmd,
+        pathlib.Path(__file__).resolve(),
+        worker_args,
+        gpus=gpus,
         out=out,
         env=env,
         cwd=HERE.parent,
