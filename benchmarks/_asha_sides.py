@@ -310,8 +310,8 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
             "mode": "aggressive",
             "divisor": 2,
             "max_rungs": len(rungs),
-            # With standby, each GPU runs one trial and holds the next one ready.
-            "max_concurrent_trials": CONCURRENT[0] * (2 if _standby() else 1),
+            # With standby, each GPU runs one trial and holds the next ones ready.
+            "max_concurrent_trials": CONCURRENT[0] * (1 + _standby()),
         },
         "resources": {"cpus_per_trial": _cpus(), "slots_per_trial": SLOTS[0]},
         "scheduling_unit": work["report_every"],
@@ -332,8 +332,13 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     return _run(began, wall, windows, **_searchlab_checkpoint_times(results))
 
 
-def _standby() -> bool:
-    return os.environ.get("SEARCHLAB_STANDBY") == "1" and torch.cuda.is_available()
+def _standby() -> int:
+    """The trials each GPU holds ready with the driver's ``SEARCHLAB_STANDBY`` (0: off)."""
+    if not torch.cuda.is_available():
+        return 0
+    from searchlab.experiment._spec import standby_switch
+
+    return standby_switch()
 
 
 def _searchlab_with(env: dict[str, str]) -> Any:
@@ -391,4 +396,6 @@ SIDES = {
     "searchlab_standby_ahead": _searchlab_with(
         {"SEARCHLAB_STANDBY": "1", "SEARCHLAB_STANDBY_AHEAD": "1"}
     ),
+    # Three trial actors per GPU: two trials ready beside the one training.
+    "searchlab_standby2": _searchlab_with({"SEARCHLAB_STANDBY": "2"}),
 }

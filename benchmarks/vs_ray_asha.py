@@ -55,6 +55,8 @@ starts its loader's workers before it takes the GPU, but in the window that trai
 ``searchlab_standby_ahead`` sets ``SEARCHLAB_STANDBY_AHEAD=1``: a trial trains its next
 window ahead, in the GPU's turn, while its report travels to the driver (call 12B measured it
 on by default, as ``searchlab_standby``, against ``SEARCHLAB_STANDBY_AHEAD=0``).
+``searchlab_standby2`` sets ``SEARCHLAB_STANDBY=2``: three trial actors per GPU (two trials
+ready beside the one training), ``max_concurrent_trials`` tripled.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the

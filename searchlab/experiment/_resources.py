@@ -13,34 +13,37 @@ from typing import Any
 from searchlab.config import ExperimentConfig, is_command
 from searchlab.errors import ConfigError
 
-__all__ = ["trial_resources"]
+__all__ = ["standby_share", "trial_resources"]
 
 
 def trial_resources(
-    cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]], *, standby: bool = False
+    cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]], *, standby: int = 0
 ) -> dict[str, float]:
     """``{"cpu": c, "gpu": g}`` per worker of a trial: GPUs when the cluster has any, else CPUs.
 
     A trial has ``resources.slots_per_trial`` workers, each with one GPU (or one CPU worker
     without GPUs); ``resources.gpus_per_trial`` (fractions pack trials on a GPU) and
     ``cpus_per_trial`` set the share of each worker. ``nodes`` is ``ray.nodes()``. With
-    ``standby`` (``SEARCHLAB_STANDBY=1``), a one-GPU trial asks for half a GPU: two trial
-    actors share it and take turns (``experiment._standby``); CPU trials are unchanged.
+    ``standby`` (``SEARCHLAB_STANDBY``: the trials each GPU holds ready beside the one
+    training), a one-GPU trial asks for ``standby_share(standby)`` of a GPU, half of it for
+    one: ``1 + standby`` trial actors share it and take turns (``experiment._standby``); CPU
+    trials are unchanged.
 
     Raises:
         ConfigError: no node can hold one worker, or the cluster cannot hold all of them; or
             ``standby`` with trials that are not one process on one GPU.
     """
     res = cfg.resources
+    standby = int(standby)  # a count (``True`` from older callers: one)
     alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
     total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
     if standby and total["GPU"] > 0:  # CPU trials are unchanged
-        _check_standby(cfg, total["GPU"], total["CPU"])
+        _check_standby(cfg, total["GPU"], total["CPU"], standby)
     if res.gpus_per_trial is not None:
         gpus = float(res.gpus_per_trial)
     else:
-        gpus = (0.5 if standby else 1.0) if total["GPU"] > 0 else 0.0
+        gpus = standby_share(standby) if total["GPU"] > 0 else 0.0
     cpus = float(res.cpus_per_trial) if res.cpus_per_trial is not None else 1.0
     asked = _describe(workers, cpus, gpus)
     if gpus * workers > total["GPU"] or cpus * workers > total["CPU"]:
@@ -59,8 +62,19 @@ def trial_resources(
     return {"cpu": cpus, "gpu": gpus}
 
 
-def _check_standby(cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float) -> None:
+def standby_share(standby: int) -> float:
+    """The GPU a one-GPU trial asks for when each GPU holds ``standby`` trials ready beside
+    the one training: 1 / (1 + standby), rounded down to Ray's four decimals (1/3 asks for
+    0.3333, so three of them fit on one GPU)."""
+    return math.floor(10_000 / (1 + standby)) / 10_000
+
+
+def _check_standby(
+    cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float, standby: int
+) -> None:
     res = cfg.resources
+    actors = 1 + standby
+    setting = f"SEARCHLAB_STANDBY={standby}"
     fix = "unset SEARCHLAB_STANDBY or "
     if res.slots_per_trial > 1:
         what = f"resources.slots_per_trial is {res.slots_per_trial}"
@@ -72,9 +86,9 @@ def _check_standby(cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: flo
         what = f"entrypoint is the command {cfg.entrypoint!r}"
         fix += "use a PyTorchTrial entrypoint"
     else:
-        # Fewer trials at once than two per GPU: Ray would pack them two to a GPU and leave
-        # GPUs idle.
-        need = math.ceil(2 * cluster_gpus - 1e-9)
+        # Fewer trials at once than the actors of every GPU: Ray would pack them onto some
+        # GPUs and leave others idle.
+        need = math.ceil(actors * cluster_gpus - 1e-9)
         cpus = float(res.cpus_per_trial) if res.cpus_per_trial is not None else 1.0
         limits = {
             "searcher.max_concurrent_trials": getattr(cfg.searcher, "max_concurrent_trials", 0),
@@ -83,23 +97,23 @@ def _check_standby(cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: flo
         for key, value in limits.items():
             if 0 < value < need:
                 raise ConfigError(
-                    f"{cfg.source_name}: {key} is {value}, but SEARCHLAB_STANDBY=1 runs two "
-                    f"trials on each GPU (one training, one ready) and the Ray cluster has "
+                    f"{cfg.source_name}: {key} is {value}, but {setting} runs {actors} "
+                    f"trials on each GPU (one training, {standby} ready) and the Ray cluster has "
                     f"{cluster_gpus:g} GPU(s); set {key.rpartition('.')[2]} to {need} or more, "
                     "or unset SEARCHLAB_STANDBY"
                 )
         if int(cluster_cpus / cpus + 1e-9) < need:
             raise ConfigError(
                 f"{cfg.source_name}: resources.cpus_per_trial is {cpus:g}, so the Ray cluster's "
-                f"{cluster_cpus:g} CPUs hold fewer trials than SEARCHLAB_STANDBY=1 needs (two "
+                f"{cluster_cpus:g} CPUs hold fewer trials than {setting} needs ({actors} "
                 f"per GPU, {need} for {cluster_gpus:g} GPU(s)); lower cpus_per_trial, or unset "
                 "SEARCHLAB_STANDBY"
             )
         return
     raise ConfigError(
-        f"{cfg.source_name}: {what}, but SEARCHLAB_STANDBY=1 keeps a second one-GPU trial "
-        f"ready on each GPU, which only a PyTorchTrial of one slot and one whole GPU can "
-        f"share; {fix}"
+        f"{cfg.source_name}: {what}, but {setting} keeps one-GPU trials ready beside the "
+        f"one training on each GPU, which only a PyTorchTrial of one slot and one whole GPU "
+        f"can share; {fix}"
     )
 
 

@@ -22,7 +22,12 @@ from searchlab.config import (
 from searchlab.errors import ConfigError, SearchlabError, TrialDefinitionError
 from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._snapshot import atomic_write, config_digest, prepare_resume
-from searchlab.experiment._spec import ExperimentSpec, check_environment, standby_switch
+from searchlab.experiment._spec import (
+    MAX_STANDBY,
+    ExperimentSpec,
+    check_environment,
+    standby_switch,
+)
 
 __all__ = ["EXPERIMENT_FILE", "resume", "run"]
 
@@ -126,7 +131,7 @@ def resume(
         )
     _check_entrypoint(cfg)
     check_environment()
-    standby = resumed_standby(meta, echo)
+    standby = resumed_standby(meta, echo, where=exp_dir / EXPERIMENT_FILE)
     spec = ExperimentSpec.from_config(cfg, exp_dir.name, standby=standby)
     from searchlab.experiment._tune import run_tuner
 
@@ -139,16 +144,26 @@ def resume(
     return _finish(cfg, exp_dir, outcome, echo)
 
 
-def resumed_standby(meta: dict[str, Any], echo: Callable[[str], None]) -> bool:
-    """Whether a resumed experiment runs with standby: as it started, whatever
-    ``SEARCHLAB_STANDBY`` says now. Its trials keep the GPU share they asked for when they
-    were created (Tune saves it with them), and half-GPU trials without the GPU lock would
-    train two at a time on one GPU; the other way round, new trials would ask for half a GPU
-    beside whole-GPU ones. Experiments from before the setting was recorded ran without."""
-    started = bool(meta.get("standby", False))
+def resumed_standby(
+    meta: dict[str, Any], echo: Callable[[str], None], where: object = EXPERIMENT_FILE
+) -> int:
+    """How a resumed experiment runs standby (the trials each GPU holds ready, 0: off): as it
+    started, whatever ``SEARCHLAB_STANDBY`` says now. Its trials keep the GPU share they
+    asked for when they were created (Tune saves it with them), and half-GPU trials without
+    the GPU lock would train two at a time on one GPU; the other way round, new trials would
+    ask for half a GPU beside whole-GPU ones. Experiments from before the setting was recorded
+    ran without; those from before its count was, with one trial ready (``true``)."""
+    value = meta.get("standby", 0)
+    if not isinstance(value, int) or not 0 <= value <= MAX_STANDBY:  # a bool is an int
+        raise ConfigError(
+            f"{where}: standby is {value!r}, not a count of trials ready per GPU (0 to "
+            f"{MAX_STANDBY}); the file was changed by hand: set it to 0 or to the "
+            "SEARCHLAB_STANDBY the experiment started with"
+        )
+    started = int(value)
     if standby_switch() != started:
         echo(
-            f"note: this experiment started with SEARCHLAB_STANDBY={int(started)}; it resumes "
+            f"note: this experiment started with SEARCHLAB_STANDBY={started}; it resumes "
             f"so (its trials keep the GPU share they were given)"
         )
     return started
@@ -261,7 +276,7 @@ def _write_experiment_file(
         else str(cfg.searcher.name),
         "length_unit": spec.length_unit,
         "config_sha256": config_digest(cfg.to_dict()),
-        "standby": spec.standby_key is not None,
+        "standby": spec.standby,
     }
     atomic_write(exp_dir / EXPERIMENT_FILE, json.dumps(data, indent=2, default=str))
 

@@ -70,13 +70,21 @@ class ExperimentSpec:
     # trains, a thread in the data-parallel coordinator, which does not. ``off`` (``0``):
     # everything in ``save_checkpoint``, as Tune's own trainables.
     checkpoint_writes: CheckpointWrites = "auto"
-    # Two trial actors per GPU, one training at a time (``experiment._standby``): set, from
-    # ``SEARCHLAB_STANDBY=1`` on the driver, to the run's key that names its GPU locks.
+    # Trial actors sharing each GPU, one training at a time (``experiment._standby``): set,
+    # from ``SEARCHLAB_STANDBY`` on the driver, to the run's key that names its GPU locks.
     standby_key: str | None = None
+    # With standby, the trials each GPU holds ready beside the one training
+    # (``SEARCHLAB_STANDBY``: 1, or 2 to 7): each one-GPU trial asks for 1 / (1 + this) GPU.
+    standby_ready: int = 1
     # With standby, the actor rebuilds a released trial and starts its training loader before
     # it waits for the GPU (``TrialRunner.prepare``); ``SEARCHLAB_STANDBY_PREPARE=0`` on the
     # driver leaves them to the window that trains (to measure what it saves).
     standby_prepare: bool = True
+
+    @property
+    def standby(self) -> int:
+        """The trials each GPU holds ready beside the one training (0: standby off)."""
+        return self.standby_ready if self.standby_key is not None else 0
 
     @property
     def staged_checkpoints(self) -> bool:
@@ -85,10 +93,10 @@ class ExperimentSpec:
 
     @classmethod
     def from_config(
-        cls, config: ExperimentConfig, name: str, *, standby: bool | None = None
+        cls, config: ExperimentConfig, name: str, *, standby: int | None = None
     ) -> ExperimentSpec:
-        """The spec of ``config``; ``standby`` None reads ``SEARCHLAB_STANDBY`` (a resumed
-        experiment passes the setting it started with)."""
+        """The spec of ``config``; ``standby`` (the trials each GPU holds ready, 0: off) None
+        reads ``SEARCHLAB_STANDBY`` (a resumed experiment passes the setting it started with)."""
         searcher = config.searcher
         if standby is None:
             standby = standby_switch()
@@ -120,6 +128,7 @@ class ExperimentSpec:
             ),
             checkpoint_writes=checkpoint_writes(),
             standby_key=uuid.uuid4().hex if standby else None,
+            standby_ready=max(standby, 1),
             standby_prepare=_flag(STANDBY_PREPARE_VAR, default=True),
         )
 
@@ -135,9 +144,26 @@ def check_environment() -> None:
     checkpoint_writes()
 
 
-def standby_switch() -> bool:
-    """``SEARCHLAB_STANDBY``: two trial actors per GPU taking turns (off when unset)."""
-    return _flag(STANDBY_VAR, default=False)
+# Most trials one GPU may hold ready beside the one training (``SEARCHLAB_STANDBY``).
+MAX_STANDBY = 7
+
+
+def standby_switch() -> int:
+    """``SEARCHLAB_STANDBY``: how many trials each GPU holds ready beside the one training,
+    their actors taking turns on it (0: off, when unset). ``1`` (or on): one, two trial
+    actors per GPU; ``2`` to ``7``: that many, a GPU's 3 to 8 actors taking turns."""
+    text = os.environ.get(STANDBY_VAR, "").strip()
+    if text.isdigit() and 2 <= int(text) <= MAX_STANDBY:
+        return int(text)
+    if text.isdigit() and int(text) > MAX_STANDBY:
+        raise ConfigError(
+            f"environment variable {STANDBY_VAR}={os.environ[STANDBY_VAR]!r} holds more trials "
+            f"ready per GPU than searchlab allows; set it to 1 to {MAX_STANDBY}, 0, or unset it"
+        )
+    on = _flag(
+        STANDBY_VAR, default=False, choices=f"1 to {MAX_STANDBY} (trials ready per GPU) or 0"
+    )
+    return 1 if on else 0
 
 
 def checkpoint_writes() -> CheckpointWrites:

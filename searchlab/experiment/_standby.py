@@ -11,7 +11,10 @@ waits for Tune while the holder trains, rebuilds a released trial and starts its
 workers before it waits (``TrialRunner.prepare``), and takes the GPU the moment the holder's
 report leaves it. Both actors' models are on the GPU at once: each process keeps its CUDA context
 (~0.5 GiB) and the memory its allocator caches, so a trial that needs more than half the
-GPU's memory should not use it.
+GPU's memory should not use it. ``SEARCHLAB_STANDBY=2`` (up to 7) holds that many trials
+ready: each trial asks for a third of the GPU (a quarter for 3 ...), and the actors take
+turns on the same lock, so the GPU also goes on while two of them are between trials or
+wait for Tune at once.
 
 With ``SEARCHLAB_STANDBY_AHEAD=1``, a trial whose report is on its way to the driver trains
 its next window ahead (``TrialRunner.step``) in a thread that waits for the baton like the

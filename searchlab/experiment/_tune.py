@@ -64,7 +64,7 @@ def run_tuner(
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
                 )
-            resources = trial_resources(cfg, ray.nodes(), standby=spec.standby_key is not None)
+            resources = trial_resources(cfg, ray.nodes(), standby=spec.standby)
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):

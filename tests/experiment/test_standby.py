@@ -91,6 +91,14 @@ def test_one_holder_at_a_time_and_both_get_turns() -> None:
     assert _overlaps(_spans(hold=False)) > 0
 
 
+def test_three_holders_take_turns() -> None:
+    # SEARCHLAB_STANDBY=2: three actors on one lock, each with turns, never two at once.
+    spans = _spans(hold=True, workers=3, rounds=4)
+    assert _overlaps(spans) == 0
+    assert collections.Counter(w for *_, w in spans) == {0: 4, 1: 4, 2: 4}
+    assert _overlaps(_spans(hold=False, workers=3, rounds=2)) > 0
+
+
 def _free(baton: GpuBaton) -> bool:
     """Whether ``baton``'s GPU is free now (probed without waiting)."""
     assert baton._fd is not None
@@ -227,6 +235,54 @@ def test_a_one_gpu_trial_asks_for_half_a_gpu() -> None:
     assert trial_resources(_cfg(), _nodes(8, 0), standby=True) == {"cpu": 1.0, "gpu": 0.0}
 
 
+@pytest.mark.parametrize(("ready", "share"), [(1, 0.5), (2, 0.3333), (3, 0.25), (7, 0.125)])
+def test_each_trial_ready_takes_a_share_of_the_gpu(ready: int, share: float) -> None:
+    from searchlab.experiment._tune import _trials_that_fit
+
+    cfg = _cfg()
+    got = trial_resources(cfg, _nodes(16, 2), standby=ready)
+    assert got == {"cpu": 1.0, "gpu": share}
+    # Ray places 1 + ready of them on each GPU (1/3 rounded down to Ray's four decimals).
+    assert _trials_that_fit(cfg, got, {"CPU": 16, "GPU": 2}) == 2 * (1 + ready)
+
+
+def test_more_trials_ready_need_more_trials_at_once() -> None:
+    cfg = _random_search(max_trials=8, max_concurrent_trials=4)
+    assert trial_resources(cfg, _nodes(8, 2), standby=1)["gpu"] == 0.5
+    with pytest.raises(ConfigError) as err:
+        trial_resources(cfg, _nodes(8, 2), standby=2)  # 3 per GPU: 6 at once
+    message = str(err.value)
+    assert "\n" not in message and "max_concurrent_trials is 4" in message
+    assert "SEARCHLAB_STANDBY=2 runs 3 trials on each GPU (one training, 2 ready)" in message
+    assert "set max_concurrent_trials to 6 or more" in message
+    with pytest.raises(ConfigError, match="fewer trials than SEARCHLAB_STANDBY=3 needs"):
+        trial_resources(_random_search(max_trials=8), _nodes(6, 2), standby=3)  # 8 CPUs
+
+
+@pytest.mark.parametrize(
+    ("value", "ready"), [("", 0), ("0", 0), ("off", 0), ("1", 1), ("on", 1), ("2", 2), ("7", 7)]
+)
+def test_the_switch_counts_the_trials_ready(
+    monkeypatch: pytest.MonkeyPatch, value: str, ready: int
+) -> None:
+    from searchlab.experiment._spec import standby_switch
+
+    monkeypatch.setenv("SEARCHLAB_STANDBY", value)
+    assert standby_switch() == ready
+    spec = ExperimentSpec.from_config(_cfg(), "s")
+    assert spec.standby == ready and (spec.standby_key is not None) == (ready > 0)
+
+
+@pytest.mark.parametrize("value", ["8", "-1", "two", "1.5"])
+def test_a_bad_count_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("SEARCHLAB_STANDBY", value)
+    with pytest.raises(ConfigError) as err:
+        check_environment()
+    message = str(err.value)
+    assert "\n" not in message and f"SEARCHLAB_STANDBY={value!r}" in message
+    assert "1 to 7" in message and "unset it" in message
+
+
 @pytest.mark.parametrize(
     ("entrypoint", "resources", "named", "fix"),
     [
@@ -277,6 +333,25 @@ def test_a_resumed_experiment_keeps_the_setting_it_started_with(
     assert "SEARCHLAB_STANDBY=1" in said[-1]
 
 
+def test_a_resumed_experiment_keeps_its_count_of_trials_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from searchlab.experiment._runner import resumed_standby
+
+    said: list[str] = []
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "2")
+    assert resumed_standby({"standby": 2}, said.append) == 2 and not said
+    assert resumed_standby({"standby": 1}, said.append) == 1
+    assert said[-1].startswith("note: this experiment started with SEARCHLAB_STANDBY=1;")
+    # experiment.json changed by hand: refused in one line naming the file and the value.
+    for bad in ("2", 9, -1, None):
+        with pytest.raises(ConfigError) as err:
+            resumed_standby({"standby": bad}, said.append, where="runs/x/experiment.json")
+        message = str(err.value)
+        assert message.startswith(f"runs/x/experiment.json: standby is {bad!r},")
+        assert "\n" not in message and "set it to 0" in message
+
+
 def test_the_switch_sets_a_run_key_and_its_own_train_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -303,10 +378,11 @@ def test_the_switch_sets_a_run_key_and_its_own_train_ahead(
 
 
 # The toy trial, whose first trial to reach its second batch (the one that creates
-# ``marker``) holds the GPU there until the other actor waits for it (or ``seconds`` pass):
+# ``marker``) holds the GPU there until the other actors (``actors`` in all) wait for it (or
+# ``seconds`` pass):
 # Tune then runs a trial on each actor before any trial pauses (a trial that pauses first
 # hands its actor to the second trial, and Tune drops the one still starting, even one that
-# has built its trial). The waiter is seen in the kernel's table of locks, /proc/locks, as
+# has built its trial). A waiter is seen in the kernel's table of locks, /proc/locks, as
 # blocked ("->") on the lock this actor holds (its baton's, whose id in that table the
 # descriptor's fdinfo shows). It writes what it saw to ``marker``.
 WAITING_TRIAL = """
@@ -329,13 +405,13 @@ def _held_lock_id():
     return None
 
 
-def _waiter(lock_id):
+def _waiters(lock_id):
     with open("/proc/locks") as table:
-        for line in table:
-            fields = line.split()
-            if fields[1] == "->" and fields[6] == lock_id:
-                return line.strip()
-    return None
+        return [
+            line.strip()
+            for line in table
+            if line.split()[1] == "->" and line.split()[6] == lock_id
+        ]
 
 
 class WaitingTrial(AshaTrial):
@@ -350,10 +426,11 @@ class WaitingTrial(AshaTrial):
                 lock_id, seen = _held_lock_id(), "none: this actor holds no GPU lock"
                 deadline = time.monotonic() + wait["seconds"]
                 while lock_id is not None and time.monotonic() < deadline:
-                    if waiter := _waiter(lock_id):
-                        seen = "waiter: " + waiter
+                    waiters = _waiters(lock_id)
+                    if len(waiters) >= wait["actors"] - 1:
+                        seen = "waiters: " + "; ".join(waiters)
                         break
-                    seen = "none: no other actor waited for the GPU"
+                    seen = f"{len(waiters)} of the other actors waited for the GPU"
                     time.sleep(0.05)
                 os.write(fd, seen.encode())
                 os.close(fd)
@@ -369,8 +446,13 @@ from searchlab.experiment._compat import keep_prestarted_workers
 
 out = pathlib.Path(sys.argv[1])
 # As searchlab starts Ray: it keeps its prestarted workers once both trials reserve the CPUs.
-ray.init(num_cpus=2, num_gpus=1, _system_config=keep_prestarted_workers(), **ray_init_kwargs())
-standby = os.environ["SEARCHLAB_STANDBY"] == "1"
+standby = int(os.environ["SEARCHLAB_STANDBY"])  # trials ready beside the one training
+ray.init(
+    num_cpus=max(2, 1 + standby),
+    num_gpus=1,
+    _system_config=keep_prestarted_workers(),
+    **ray_init_kwargs(),
+)
 config = {
     "name": "standby",
     "entrypoint": "waiting_trial:WaitingTrial",
@@ -379,11 +461,12 @@ config = {
         "lr": {"type": "categorical", "vals": [0.001, 0.01, 0.1, 0.3, 0.5, 1.0]},
         "batch_log": str(out / "batches.log"),
         "batch_sleep": 0.01,
-        # With standby, the first trial waits at its second batch for the second actor
+        # With standby, the first trial waits at its second batch for the other actors
         # (WAITING_TRIAL); without it there is one actor per GPU, and nothing to wait for.
         "wait_for_second_actor": {
             "marker": str(out / "waited"),
             "seconds": 120 if standby else 0,
+            "actors": 1 + standby,
         },
     },
     "searcher": {
@@ -412,10 +495,11 @@ json.dump(
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.timeout(2 * 600 + 60)  # the two searches' own limits, and the checks
+@pytest.mark.timeout(3 * 600 + 60)  # the three searches' own limits, and the checks
 def test_a_search_takes_turns_on_its_gpu(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One GPU's actors take turns: two with ``SEARCHLAB_STANDBY=1``, three with ``2``."""
     monkeypatch.setattr("tempfile.tempdir", None)  # the workers' temporary folder
     script = tmp_path / "search.py"
     script.write_text(SEARCH)
@@ -425,7 +509,7 @@ def test_a_search_takes_turns_on_its_gpu(
     (model / "waiting_trial.py").write_text(WAITING_TRIAL)
     outcome = {}
     locks = set(pathlib.Path(tempfile.gettempdir()).glob(f"searchlab-{os.getuid()}-standby-*"))
-    for standby in ("1", "0"):
+    for standby in ("2", "1", "0"):
         out = tmp_path / f"standby-{standby}"
         out.mkdir()
         env = {**os.environ, "SEARCHLAB_STANDBY": standby}
@@ -441,18 +525,22 @@ def test_a_search_takes_turns_on_its_gpu(
         rows = [line.split() for line in (out / "batches.log").read_text().splitlines()]
         spans = sorted((float(a), float(b), int(pid)) for pid, a, b in rows)
         outcome[standby] = (spans, __import__("json").loads((out / "result.json").read_text()))
-    spans, result = outcome["1"]
-    assert result["states"] == ["COMPLETED"] * 6
-    windows = collections.Counter(pid for *_, pid in spans)
-    waited = (tmp_path / "standby-1" / "waited").read_text()  # what the first trial saw
-    assert len(windows) == 2 and min(windows.values()) >= 8, waited  # two actors shared the GPU
-    assert _overlaps(spans) == 0  # and never trained at the same time
-    switches = sum(1 for a, b in itertools.pairwise(spans) if a[2] != b[2])
-    assert switches >= 4  # they took turns, not one after the other
-    # Each trial's training is its own: every trial's first validation (before any
-    # promotion, which the order of results decides) is the same as without standby.
-    assert len(result["rung0"]) == 6 and result["rung0"] == outcome["0"][1]["rung0"]
-    assert result["standby"] and not outcome["0"][1]["standby"]  # recorded for a resume
+    for standby in ("2", "1"):
+        spans, result = outcome[standby]
+        actors = 1 + int(standby)
+        assert result["states"] == ["COMPLETED"] * 6
+        windows = collections.Counter(pid for *_, pid in spans)
+        waited = (tmp_path / f"standby-{standby}" / "waited").read_text()  # the first trial's
+        # The actors shared the GPU ...
+        assert len(windows) == actors and min(windows.values()) >= 4, (standby, waited)
+        assert _overlaps(spans) == 0  # ... and never trained at the same time
+        switches = sum(1 for a, b in itertools.pairwise(spans) if a[2] != b[2])
+        assert switches >= 2 * actors  # they took turns, not one after the other
+        # Each trial's training is its own: every trial's first validation (before any
+        # promotion, which the order of results decides) is the same as without standby.
+        assert len(result["rung0"]) == 6 and result["rung0"] == outcome["0"][1]["rung0"]
+        assert result["standby"] == int(standby)  # recorded for a resume
+    assert outcome["0"][1]["standby"] == 0
     assert len({pid for *_, pid in outcome["0"][0]}) == 1  # without it: one actor per GPU
     # The driver removed the run's lock directory.
     assert (
