@@ -85,6 +85,7 @@ the bracketed ones: ``in_search_over_in_process_bracketed``, ``ray_in_trial_rate
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shutil
 import sys
@@ -136,6 +137,25 @@ def round_order(sides: list[str], round_index: int) -> list[str]:
     return list(sides) if round_index % 2 == 0 else list(reversed(sides))
 
 
+def stack_probe_env(folder: str) -> dict[str, Any]:
+    """The runtime environment's part that samples every Ray worker's threads into
+    ``folder`` (``_stack_probe.py``), whose sampling starts in this process too."""
+    import _stack_probe
+    from ray import cloudpickle
+
+    folder = os.path.abspath(folder)
+    _stack_probe.start(folder)
+    # Ray's workers run in asha_model/, where _stack_probe cannot be imported.
+    cloudpickle.register_pickle_by_value(_stack_probe)
+    return {
+        "worker_process_setup_hook": _stack_probe.start_from_environment,
+        "env_vars": {
+            _stack_probe.FOLDER_VAR: folder,
+            _stack_probe.PERIOD_VAR: os.environ.get(_stack_probe.PERIOD_VAR, "0.1"),
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser)
@@ -174,6 +194,12 @@ def main() -> None:
         type=int,
         default=1,
         help="trials sharing each GPU on both sides (Ray: gpu 1/K; searchlab: gpus_per_trial)",
+    )
+    parser.add_argument(
+        "--stacks",
+        metavar="FOLDER",
+        help="sample every thread of this process and of every Ray worker into FOLDER "
+        "(_stack_probe.py; read it with stack_report.py)",
     )
     args = parser.parse_args()
 
@@ -222,7 +248,10 @@ def main() -> None:
             # the dashboard serves: without it they hang (Ray's default starts it; searchlab
             # leaves it off). Both sides then run with it.
             init["include_dashboard"] = True
-        ray.init(runtime_env={"working_dir": str(MODEL_DIR)}, **init)
+        runtime_env: dict[str, Any] = {"working_dir": str(MODEL_DIR)}
+        if args.stacks:
+            runtime_env.update(stack_probe_env(args.stacks))
+        ray.init(runtime_env=runtime_env, **init)
         ship_by_value()  # Ray's side lives in _asha_sides, which Ray's workers cannot import
         # Ray's side imported ray.tune at the top of this file (through _asha_sides);
         # searchlab's driver modules load on the first ``searchlab.run`` (the package stays
