@@ -392,6 +392,67 @@ def test_a_failed_save_leaves_no_state_for_a_later_save_to_write(tmp_path: pathl
     _same(load_checkpoint(final, trusted=True)[0], _state(2))
 
 
+def test_a_pageable_copy_replaces_pinned_tensors_and_keeps_the_structure() -> None:
+    """What a kept state becomes once written: each pinned tensor copied out (values,
+    dtype and layout as they were), containers rebuilt with a module's ``_metadata``, and
+    nothing else touched."""
+    import collections
+
+    from searchlab.experiment._checkpoint_writer import pageable_copy
+
+    module = torch.nn.Linear(4, 3)
+    state = {
+        "model": module.state_dict(),
+        "opt": {"state": {0: {"momentum_buffer": torch.randn(3, 4).t()}}, "groups": [{"lr": 1}]},
+        "steps": [torch.arange(3), (torch.ones(2), "x")],
+        "meta": {"seen": [1, 2]},
+    }
+    pinned = {id(state["model"]["weight"]), id(state["opt"]["state"][0]["momentum_buffer"])}
+    copied = pageable_copy(state, is_pinned=lambda t: id(t) in pinned)
+    _same(copied, state)
+    assert isinstance(copied["model"], collections.OrderedDict)
+    assert copied["model"]._metadata == state["model"]._metadata
+    for get in (lambda s: s["model"]["weight"], lambda s: s["opt"]["state"][0]["momentum_buffer"]):
+        assert get(copied).data_ptr() != get(state).data_ptr()  # copied out
+        assert get(copied).stride() == get(state).stride()
+    assert copied["model"]["bias"] is state["model"]["bias"]  # not pinned: shared
+    assert copied["steps"][1][0] is state["steps"][1][0] and copied["steps"][1][1] == "x"
+    # A CPU tensor of this machine is not pinned: the default check copies nothing.
+    assert pageable_copy(state)["model"]["weight"] is state["model"]["weight"]
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "at-once"])
+def test_a_written_state_is_kept_out_of_its_pinned_buffers(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, thread: bool
+) -> None:
+    """A state copied into pinned buffers is kept, once written, as a pageable copy: the
+    writer lets go of the buffers (they go back to torch's pinned cache for the next save),
+    and the resume from memory gets the values the file holds."""
+    import weakref
+
+    import searchlab.experiment._checkpoint_writer as module
+
+    staged: list[torch.Tensor] = []
+
+    def pinned_host_copy(obj: dict) -> tuple[dict, bool]:
+        out = module._host_copy(obj, set())
+        staged.append(out["models_state_dict"][0]["0.weight"])
+        return out, True  # as a CUDA state's host copy says
+
+    monkeypatch.setattr(module, "_pinned_host_copy", pinned_host_copy)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)
+    writer = CheckpointWriter(thread=thread)
+    final = tmp_path / "t" / "checkpoint_000000"
+    _save(writer, tmp_path / "s", final, _state(1))
+    buffer = weakref.ref(staged.pop())
+    writer.flush()
+    assert buffer() is None  # nothing holds the staged (pinned) buffer any more
+    taken = writer.take(str(final))
+    assert taken is not None
+    _same(taken, load_checkpoint(final, trusted=True)[0])
+    writer.close()
+
+
 def test_host_copy_leaves_nothing_shared_with_the_live_state() -> None:
     state = _state()
     copied = host_copy(state)

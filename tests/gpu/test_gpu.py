@@ -307,3 +307,34 @@ def test_an_idle_release_gives_cached_pinned_blocks_back_and_keeps_live_states()
     assert before - after >= (1 << 22) * 4
     assert after >= (1 << 20) * 4 and kept["w"].is_pinned()
     assert torch.equal(kept["w"], expected)
+
+
+def test_a_kept_state_leaves_its_pinned_buffers_to_the_next_save(tmp_path) -> None:
+    """Once written, a state kept for a resume from memory is pageable: its pinned buffers go
+    back to torch's cache, so the next save of the same shapes page-locks nothing new (with
+    kept states pinned, every save of a worker holding several trials' states did)."""
+    from searchlab.experiment._checkpoint_writer import CheckpointWriter
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 10)).cuda()
+    writer = CheckpointWriter(thread=True)
+
+    def save(i: int) -> pathlib.Path:
+        staging, final = tmp_path / f"s{i}", tmp_path / "t" / f"checkpoint_{i:06d}"
+        staging.mkdir()
+        writer.stage(str(staging), {"model": model.state_dict()}, {"batches_trained": i})
+        final.mkdir(parents=True)
+        for f in staging.iterdir():  # Tune's copy
+            (final / f.name).write_bytes(f.read_bytes())
+        writer.start(str(final))
+        writer.flush()
+        return final
+
+    first = save(0)
+    allocs = torch.cuda.host_memory_stats()["num_host_alloc"]
+    second = save(1)
+    assert torch.cuda.host_memory_stats()["num_host_alloc"] == allocs  # the cache served it
+    kept = writer.take(str(first))
+    assert kept is not None and not kept["model"]["0.weight"].is_pinned()
+    assert torch.equal(kept["model"]["0.weight"], model[0].weight.detach().cpu())
+    assert writer.take(str(second)) is not None
+    writer.close()
