@@ -232,7 +232,7 @@ class CheckpointWriter:
         self._finish_before_training = finish_before_training
         self._keep_bytes = default_keep_bytes() if keep_bytes is None else keep_bytes
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._future: concurrent.futures.Future[dict[str, Any]] | None = None
+        self._future: concurrent.futures.Future[dict[str, Any] | None] | None = None
         self._future_of: tuple[str | None, str] = (None, "")  # its trial, its directory
         self._staged: dict[str, Any] | None = None  # saved, not yet handed to the thread
         self._staged_owner: str | None = None
@@ -241,7 +241,11 @@ class CheckpointWriter:
         # state, bytes), oldest first. Kept states are pageable (``pageable_copy``).
         self._kept: collections.OrderedDict[
             str,
-            tuple[dict[str, Any] | None, concurrent.futures.Future[dict[str, Any]] | None, int],
+            tuple[
+                dict[str, Any] | None,
+                concurrent.futures.Future[dict[str, Any] | None] | None,
+                int,
+            ],
         ] = collections.OrderedDict()
 
     @classmethod
@@ -291,7 +295,7 @@ class CheckpointWriter:
             return
         nbytes = _nbytes(snapshot)
         kept: dict[str, Any] | None = None
-        future: concurrent.futures.Future[dict[str, Any]] | None = None
+        future: concurrent.futures.Future[dict[str, Any] | None] | None = None
         if self._thread:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -381,11 +385,26 @@ def _nbytes(obj: Any) -> int:
     return 0
 
 
-def _write_and_keep(directory: pathlib.Path, state: dict[str, Any], pinned: bool) -> dict[str, Any]:
+def _write_and_keep(
+    directory: pathlib.Path, state: dict[str, Any], pinned: bool
+) -> dict[str, Any] | None:
     """Write ``state`` into ``directory``; the state to keep for a resume from memory: a
-    pageable copy if it sat in pinned buffers (``pageable_copy``), else itself."""
+    pageable copy if it sat in pinned buffers (``pageable_copy``), else itself. A copy that
+    fails (no host memory left) keeps nothing: the write stands, and a resume reads the
+    file."""
     _write_state(directory, state)
-    return pageable_copy(state) if pinned else state
+    if not pinned:
+        return state
+    try:
+        return pageable_copy(state)
+    except Exception as exc:  # MemoryError, or torch's RuntimeError for an allocation
+        logger.warning(
+            "the state written to %s is not kept in memory (%s: %s); its resume reads the file",
+            directory,
+            type(exc).__name__,
+            exc,
+        )
+        return None
 
 
 def _write_state(directory: pathlib.Path, state: dict[str, Any]) -> None:

@@ -453,6 +453,36 @@ def test_a_written_state_is_kept_out_of_its_pinned_buffers(
     writer.close()
 
 
+@pytest.mark.parametrize("thread", [True, False], ids=["thread", "at-once"])
+def test_a_pageable_copy_that_fails_keeps_nothing_and_the_write_stands(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    thread: bool,
+) -> None:
+    """No host memory left for the kept copy: the checkpoint is still complete, no call
+    raises, and the resume reads the file instead of memory."""
+    import searchlab.experiment._checkpoint_writer as module
+
+    def out_of_memory(obj: object, is_pinned: object = None) -> object:
+        raise MemoryError("no host memory")
+
+    monkeypatch.setattr(
+        module, "_pinned_host_copy", lambda obj: (module._host_copy(obj, set()), True)
+    )
+    monkeypatch.setattr(module, "pageable_copy", out_of_memory)
+    writer = CheckpointWriter(thread=thread)
+    final = tmp_path / "t" / "checkpoint_000000"
+    with caplog.at_level("WARNING", logger="searchlab"):
+        _save(writer, tmp_path / "s", final, _state(1))
+        writer.flush()
+    assert "is not kept in memory (MemoryError" in caplog.text
+    assert (final / STATE_FILE).is_file() and not is_being_written(final)
+    assert writer.take(str(final)) is None  # the caller loads the file
+    _same(load_checkpoint(final, trusted=True)[0], _state(1))
+    writer.close()
+
+
 def test_host_copy_leaves_nothing_shared_with_the_live_state() -> None:
     state = _state()
     copied = host_copy(state)
