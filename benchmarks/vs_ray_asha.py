@@ -44,6 +44,13 @@ block's kernels and copies under ``torch.profiler``, over the wall time that blo
 the unprofiled rate (the profiler slows a launch-bound loop ~40 %, not its kernels). Well
 below 1, the host's Python and kernel launches set the rate, not the GPU.
 
+``--warm-cache`` first runs each side once on the first workload's first two rungs and
+discards it (``warm_up``): cuDNN compiles kernels for this model at a process's first
+backward, and the CUDA compute cache keeps them for the machine's later processes, but
+searchlab's trial processes did not find the entries the solo loop and Ray's workers left
+(calls 14C-14E, ``benchmarks/README.md``), so without it a call's first searchlab run pays a
+4-6 s compile that Ray's side does not. ``config.warm_up_s`` holds each side's seconds.
+
 ``--sides`` also takes searchlab with one lever changed from its defaults (``_asha_sides.py:
 SIDES``). ``searchlab_standby`` runs it with ``SEARCHLAB_STANDBY=1``: two trial actors per
 GPU, one training at a time (``searchlab/experiment/_standby.py``), and the search's
@@ -90,6 +97,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
+import time
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -156,6 +164,27 @@ def stack_probe_env(folder: str) -> dict[str, Any]:
     }
 
 
+def warm_up(
+    sides: list[str], hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str
+) -> dict[str, float]:
+    """Run each side once on ``work``'s first two rungs, discarding the run; its seconds.
+
+    cuDNN compiles some of the kernels it tries (its runtime-compiled engines, through NVRTC),
+    and the CUDA compute cache (``~/.nv/ComputeCache``) keeps them for every later process
+    of the machine: a trial process's first backward took 4.3-6.9 s with the cache cold
+    against 0.74-1.26 s warm (calls 14C-14D, H200). The solo loop warms it for Ray's side,
+    whose workers compile the same code; searchlab's trial processes missed those entries
+    and compiled again (14D, 14E), so its first run of a call paid what Ray's did not. After
+    this, every side starts as a user's search does on a machine that ran it before."""
+    warm = {"rungs": work["rungs"][:2], "report_every": work["report_every"]}
+    spent = {}
+    for side in dict.fromkeys(sides):  # each side once, in the order given
+        began = time.time()
+        SIDES[side](hp, warm, lrs, storage)
+        spent[side] = round(time.time() - began, 2)
+    return spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser)
@@ -194,6 +223,12 @@ def main() -> None:
         type=int,
         default=1,
         help="trials sharing each GPU on both sides (Ray: gpu 1/K; searchlab: gpus_per_trial)",
+    )
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="before round 0, run each side once on the first two rungs (discarded), so that "
+        "both start with the kernels cuDNN compiles for them in the CUDA compute cache",
     )
     parser.add_argument(
         "--stacks",
@@ -241,6 +276,7 @@ def main() -> None:
     lrs = learning_rates(args.trials)
     storage = tempfile.mkdtemp(prefix="vs-ray-asha-")
     rows, runs = [], []
+    warm_s: dict[str, float] = {}
     with ray_environment():
         init = ray_init_kwargs()
         if SLOTS[0] > 1 and "ray_asha" in args.sides.split(","):
@@ -261,6 +297,11 @@ def main() -> None:
         from searchlab.experiment import _runner  # noqa: F401
 
         try:
+            if args.warm_cache:
+                first = workloads[args.workloads.split(",")[0]]
+                hp = {**base, "data": args.data.split(",")[0]}
+                warm_s = warm_up(args.sides.split(","), hp, first, lrs, storage)
+                print(f"warm-up (discarded): {warm_s}")
             for name in args.workloads.split(","):
                 for data in args.data.split(","):
                     hp = {**base, "data": data}
@@ -351,6 +392,7 @@ def main() -> None:
             "slots": SLOTS[0],
             "per_gpu": PER_GPU[0],
             "quick": quick,
+            "warm_up_s": warm_s or None,  # each side's discarded run (--warm-cache)
         },
         machine=machine_info(),
     )

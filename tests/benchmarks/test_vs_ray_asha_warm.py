@@ -1,0 +1,39 @@
+"""``vs_ray_asha.py --warm-cache``: each side runs once, discarded, before round 0."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_each_side_warms_up_once_and_only_the_rounds_are_recorded(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "run.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "vs_ray_asha.py"),
+            *("--smoke", "--workloads", "short", "--data", "resident", "--rounds", "1"),
+            *("--sides", "searchlab,ray_asha", "--no-bracket", "--warm-cache"),
+            *("--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    warm = result["config"]["warm_up_s"]
+    assert list(warm) == ["searchlab", "ray_asha"] and all(s > 0 for s in warm.values())
+    assert [(r["side"], r["round"]) for r in result["runs"]] == [("searchlab", 0), ("ray_asha", 0)]
+    # The warm-up trained the first two rungs only; the round trained the whole workload.
+    assert all(r["batches"] > 0 and r["wall_s"] > 0 for r in result["runs"])
+    assert "warm-up (discarded): {'searchlab'" in done.stdout
