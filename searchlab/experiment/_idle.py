@@ -89,7 +89,7 @@ def free_accelerator_memory(collect: bool = True) -> None:
     ``collect`` (an idle trial's release), the pinned host blocks torch keeps for reuse go
     back too: checkpoint host copies (``_checkpoint_writer.host_copy``) are pinned, and
     torch's host allocator would otherwise keep their page-locked memory for the process's
-    life. Kept states still in use stay.
+    life. A state still being written keeps its buffers; written states are kept pageable.
     """
     if collect:
         gc.collect()
