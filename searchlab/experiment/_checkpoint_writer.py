@@ -112,7 +112,7 @@ def host_copy(obj: Any) -> Any:
 def _pinned_host_copy(obj: Any) -> tuple[Any, bool]:
     """``host_copy(obj)``, and whether any of its tensors went into pinned buffers."""
     devices: set[torch.device] = set()
-    out = _host_copy(obj, devices)
+    out = _rebuilt(obj, lambda t: _tensor_to_host(t, devices), copy.deepcopy, copy.deepcopy)
     for device in devices:
         torch.cuda.synchronize(device)
     return out, bool(devices)
@@ -127,53 +127,55 @@ def pageable_copy(obj: Any, is_pinned: Callable[[torch.Tensor], bool] | None = N
     ``keep_bytes`` of them, every save of a worker that held several trials' states had to
     page-lock fresh buffers (``cudaHostAlloc``) on the critical path."""
     pinned = is_pinned or torch.Tensor.is_pinned
+
+    def pageable(tensor: torch.Tensor) -> torch.Tensor:
+        return (
+            torch.empty_like(tensor, pin_memory=False).copy_(tensor) if pinned(tensor) else tensor
+        )
+
+    return _rebuilt(obj, pageable, lambda leaf: leaf, lambda metadata: metadata)
+
+
+def _tensor_to_host(obj: torch.Tensor, devices: set[torch.device]) -> torch.Tensor:
+    """A host copy of ``obj``: CUDA tensors into a pinned buffer by an asynchronous copy
+    (their device is added to ``devices``, to be synchronised), others cloned."""
+    tensor = obj.detach()
+    if tensor.device.type == "cpu":
+        return tensor.clone()
+    if tensor.device.type == "cuda" and tensor.layout == torch.strided:
+        buffer = torch.empty_like(tensor, device="cpu", pin_memory=True)
+        buffer.copy_(tensor, non_blocking=True)
+        devices.add(tensor.device)
+        return buffer
+    return tensor.to("cpu")
+
+
+def _rebuilt(
+    obj: Any,
+    tensor: Callable[[torch.Tensor], torch.Tensor],
+    leaf: Callable[[Any], Any],
+    metadata: Callable[[Any], Any],
+) -> Any:
+    """``obj`` with dicts (an ``OrderedDict`` stays one, with ``metadata`` of its
+    ``_metadata``), lists and plain tuples rebuilt, ``tensor`` of each tensor and ``leaf`` of
+    anything else (a named tuple or a callback's own object is a leaf)."""
     if isinstance(obj, torch.Tensor):
-        return torch.empty_like(obj, pin_memory=False).copy_(obj) if pinned(obj) else obj
+        return tensor(obj)
     if isinstance(obj, dict):
-        items = ((k, pageable_copy(v, pinned)) for k, v in obj.items())
+        items = ((k, _rebuilt(v, tensor, leaf, metadata)) for k, v in obj.items())
         out = (
             collections.OrderedDict(items)
             if isinstance(obj, collections.OrderedDict)
             else dict(items)
         )
-        metadata = getattr(obj, "_metadata", None)
-        if metadata is not None:
-            out._metadata = metadata  # type: ignore[attr-defined]
+        if getattr(obj, "_metadata", None) is not None:
+            out._metadata = metadata(obj._metadata)  # type: ignore[attr-defined]
         return out
     if isinstance(obj, list):
-        return [pageable_copy(v, pinned) for v in obj]
+        return [_rebuilt(v, tensor, leaf, metadata) for v in obj]
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(pageable_copy(v, pinned) for v in obj)
-    return obj
-
-
-def _host_copy(obj: Any, devices: set[torch.device]) -> Any:
-    if isinstance(obj, torch.Tensor):
-        tensor = obj.detach()
-        if tensor.device.type == "cpu":
-            return tensor.clone()
-        if tensor.device.type == "cuda" and tensor.layout == torch.strided:
-            buffer = torch.empty_like(tensor, device="cpu", pin_memory=True)
-            buffer.copy_(tensor, non_blocking=True)
-            devices.add(tensor.device)
-            return buffer
-        return tensor.to("cpu")
-    if isinstance(obj, dict):
-        items = ((k, _host_copy(v, devices)) for k, v in obj.items())
-        out = (
-            collections.OrderedDict(items)
-            if isinstance(obj, collections.OrderedDict)
-            else dict(items)
-        )
-        metadata = getattr(obj, "_metadata", None)
-        if metadata is not None:
-            out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
-        return out
-    if isinstance(obj, list):
-        return [_host_copy(v, devices) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_host_copy(v, devices) for v in obj)
-    return copy.deepcopy(obj)  # a callback's own object: as it is now
+        return tuple(_rebuilt(v, tensor, leaf, metadata) for v in obj)
+    return leaf(obj)
 
 
 def wait_until_written(

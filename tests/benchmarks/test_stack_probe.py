@@ -4,13 +4,13 @@ folder, read back against a run's windows."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
 from _stack_probe import read_samples
+from smoke_run import vs_ray_asha_smoke
 from stack_report import report, thread_timelines
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
@@ -122,19 +122,11 @@ def test_the_benchmark_samples_its_ray_workers(tmp_path: pathlib.Path) -> None:
     # Ray's worker_process_setup_hook starts the sampler in the trial actors, which run in
     # asha_model/ where _stack_probe cannot be imported (pickled by value).
     folder, out = tmp_path / "stacks", tmp_path / "run.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "vs_ray_asha.py"),
-            *("--smoke", "--workloads", "short", "--data", "resident", "--rounds", "1"),
-            *("--sides", "searchlab", "--no-bracket", "--stacks", str(folder)),
-            *("--out", str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=540,
+    done = vs_ray_asha_smoke(
+        out,
+        *("--sides", "searchlab", "--no-bracket", "--stacks", str(folder)),
         # Often enough that the trials' short windows are caught.
-        env={**os.environ, "SEARCHLAB_BENCH_STACKS_PERIOD_S": "0.005"},
+        env={"SEARCHLAB_BENCH_STACKS_PERIOD_S": "0.005"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     samples = list(read_samples(folder))

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
-
-BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+from smoke_run import vs_ray_asha_smoke
 
 
 @pytest.mark.slow
@@ -17,18 +14,7 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.mark.timeout(600)
 def test_each_side_warms_up_once_and_only_the_rounds_are_recorded(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "run.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "vs_ray_asha.py"),
-            *("--smoke", "--workloads", "short", "--data", "resident", "--rounds", "1"),
-            *("--sides", "searchlab,ray_asha", "--no-bracket", "--warm-cache"),
-            *("--out", str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
+    done = vs_ray_asha_smoke(out, "--sides", "searchlab,ray_asha", "--no-bracket", "--warm-cache")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     warm = result["config"]["warm_up_s"]
