@@ -44,7 +44,7 @@ block's kernels and copies under ``torch.profiler``, over the wall time that blo
 the unprofiled rate (the profiler slows a launch-bound loop ~40 %, not its kernels). Well
 below 1, the host's Python and kernel launches set the rate, not the GPU.
 
-``--warm-cache`` first runs each side once on the first workload's first two rungs and
+``--warm-cache`` first runs each side once on the first workload's first rung, a few trials, and
 discards it (``warm_up``): cuDNN compiles kernels for this model at a process's first
 backward, and the CUDA compute cache keeps them for the machine's later processes, but
 searchlab's trial processes did not find the entries the solo loop and Ray's workers left
@@ -167,7 +167,7 @@ def stack_probe_env(folder: str) -> dict[str, Any]:
 def warm_up(
     sides: list[str], hp: dict[str, Any], work: dict[str, Any], lrs: list[float], storage: str
 ) -> dict[str, float]:
-    """Run each side once on ``work``'s first two rungs, discarding the run; its seconds.
+    """Run each side once on ``work``'s first rung, discarding the run; its seconds.
 
     cuDNN compiles some of the kernels it tries (its runtime-compiled engines, through NVRTC),
     and the CUDA compute cache (``~/.nv/ComputeCache``) keeps them for every later process
@@ -176,11 +176,14 @@ def warm_up(
     whose workers compile the same code; searchlab's trial processes missed those entries
     and compiled again (14D, 14E), so its first run of a call paid what Ray's did not. After
     this, every side starts as a user's search does on a machine that ran it before."""
-    warm = {"rungs": work["rungs"][:2], "report_every": work["report_every"]}
+    warm = {"rungs": work["rungs"][:1], "report_every": work["report_every"]}
+    # Enough trials to start every trial process a side keeps at once (standby holds up to 3
+    # more per GPU): each compiles its kernels at its first backward.
+    trials = lrs[: 4 * CONCURRENT[0]]
     spent = {}
     for side in dict.fromkeys(sides):  # each side once, in the order given
         began = time.time()
-        SIDES[side](hp, warm, lrs, storage)
+        SIDES[side](hp, warm, trials, storage)
         spent[side] = round(time.time() - began, 2)
     return spent
 
@@ -227,7 +230,7 @@ def main() -> None:
     parser.add_argument(
         "--warm-cache",
         action="store_true",
-        help="before round 0, run each side once on the first two rungs (discarded), so that "
+        help="before round 0, run each side once on the first rung (discarded), so that "
         "both start with the kernels cuDNN compiles for them in the CUDA compute cache",
     )
     parser.add_argument(

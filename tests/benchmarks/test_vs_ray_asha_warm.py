@@ -20,6 +20,6 @@ def test_each_side_warms_up_once_and_only_the_rounds_are_recorded(tmp_path: path
     warm = result["config"]["warm_up_s"]
     assert list(warm) == ["searchlab", "ray_asha"] and all(s > 0 for s in warm.values())
     assert [(r["side"], r["round"]) for r in result["runs"]] == [("searchlab", 0), ("ray_asha", 0)]
-    # The warm-up trained the first two rungs only; the round trained the whole workload.
+    # The warm-up trained the first rung only; the round trained the whole workload.
     assert all(r["batches"] > 0 and r["wall_s"] > 0 for r in result["runs"])
     assert "warm-up (discarded): {'searchlab'" in done.stdout
