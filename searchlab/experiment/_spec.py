@@ -19,6 +19,7 @@ BACKGROUND_CHECKPOINTS_VAR = "SEARCHLAB_BACKGROUND_CHECKPOINTS"
 STANDBY_VAR = "SEARCHLAB_STANDBY"
 STANDBY_PREPARE_VAR = "SEARCHLAB_STANDBY_PREPARE"
 STANDBY_AHEAD_VAR = "SEARCHLAB_STANDBY_AHEAD"
+STANDBY_WARM_UP_VAR = "SEARCHLAB_STANDBY_WARM_UP"
 CheckpointWrites = Literal["auto", "at_once", "idle", "thread", "off"]
 # What ``auto`` means where the writing process also trains (a one-process trial): a thread,
 # also beside training. On an H100 a trial going on from a rung end waited a median
@@ -80,6 +81,10 @@ class ExperimentSpec:
     # it waits for the GPU (``TrialRunner.prepare``); ``SEARCHLAB_STANDBY_PREPARE=0`` on the
     # driver leaves them to the window that trains (to measure what it saves).
     standby_prepare: bool = True
+    # With standby, a trial process's first batch trains before it takes the GPU's turn,
+    # beside the trial that holds it (``GpuBaton.claim_warm_up``);
+    # ``SEARCHLAB_STANDBY_WARM_UP=0`` on the driver trains it in the turn (to measure it).
+    standby_warm_up: bool = True
 
     @property
     def standby(self) -> int:
@@ -130,6 +135,7 @@ class ExperimentSpec:
             standby_key=uuid.uuid4().hex if standby else None,
             standby_ready=max(standby, 1),
             standby_prepare=_flag(STANDBY_PREPARE_VAR, default=True),
+            standby_warm_up=_flag(STANDBY_WARM_UP_VAR, default=True),
         )
 
 
@@ -141,6 +147,7 @@ def check_environment() -> None:
     standby_switch()
     _flag(STANDBY_PREPARE_VAR, default=True)
     _flag(STANDBY_AHEAD_VAR, default=False)
+    _flag(STANDBY_WARM_UP_VAR, default=True)
     checkpoint_writes()
 
 

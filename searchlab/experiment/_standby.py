@@ -16,6 +16,14 @@ ready: each trial asks for a third of the GPU (a quarter for 3 ...), and the act
 turns on the same lock, so the GPU also goes on while two of them are between trials or
 wait for Tune at once.
 
+A trial process's first batch trains before the process takes the GPU's turn, beside the
+trial that holds it (``GpuBaton.claim_warm_up``). That batch is where cuDNN tries the model's
+kernels (``cudnn.benchmark``) and CUDA's libraries set up: ~1.5 s for a ResNet-18 on an H200,
+against ~10 ms for a later batch (benchmarks/README.md, call 15B). In the turn, the actors
+a search starts together paid it one after the other while the GPU trained nothing else;
+beside the holder, they pay it at once. ``SEARCHLAB_STANDBY_WARM_UP=0`` on the driver keeps
+it in the turn.
+
 With ``SEARCHLAB_STANDBY_AHEAD=1``, a trial whose report is on its way to the driver trains
 its next window ahead (``TrialRunner.step``) in a thread that waits for the baton like the
 step does: when the other trial's window ends before the driver calls this one again, the
@@ -107,6 +115,8 @@ class GpuBaton:
         # thread training ahead also take turns on this.
         self._threads = threading.Lock()
         self._released = -math.inf  # monotonic time this process last gave the GPU back
+        self._warm_up_claimed = False
+        self._claim = threading.Lock()
         _OPEN.add(self)
 
     @classmethod
@@ -137,6 +147,13 @@ class GpuBaton:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 self._released = time.monotonic()
+
+    def claim_warm_up(self) -> bool:
+        """True the first time this process asks, False after: the caller's next batch is the
+        process's first on this GPU and trains before its turn (see the module's doc)."""
+        with self._claim:
+            first, self._warm_up_claimed = not self._warm_up_claimed, True
+        return first
 
     def close(self) -> None:
         """Let go of the lock file (the file stays: another actor may hold or wait on it)."""

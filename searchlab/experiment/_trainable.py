@@ -129,6 +129,11 @@ class SearchlabTrainable(tune.Trainable):
             model_dir=shipped_model_dir(self._spec),
             worker_process=True,
             turn=self._baton.held if self._baton is not None else None,
+            warm_up=(
+                self._baton.claim_warm_up
+                if self._baton is not None and self._spec.standby_warm_up
+                else None
+            ),
         )
         self._runner.timing["build_s"] = time.perf_counter() - began
 

@@ -48,7 +48,9 @@ class TrialRunner:
     ``worker_process``: the runner lives in a Ray worker of its own (a trainable's actor, a
     data-parallel rank), whose imported objects may leave the garbage collector's scans.
     ``turn``: the GPU's turn (standby's ``GpuBaton.held``), held for every window that
-    trains, a window trained ahead included.
+    trains, a window trained ahead included. ``warm_up``: asked before a window takes the
+    turn (standby's ``GpuBaton.claim_warm_up``); True: the window's first batch, the
+    process's first on its GPU, trains before the turn is taken, the rest in it.
     """
 
     def __init__(
@@ -62,10 +64,12 @@ class TrialRunner:
         distributed: DistributedContext | None = None,
         worker_process: bool = False,
         turn: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+        warm_up: Callable[[], bool] | None = None,
     ) -> None:
         self._spec = spec
         self._worker_process = worker_process
         self._turn = turn or contextlib.nullcontext
+        self._warm_up = warm_up
         os.environ.update(spec.environment_variables)
         plan = TrialConfig.from_tune(config)
         self._rung_ends: list[int] = list(plan.rung_ends)
@@ -255,8 +259,21 @@ class TrialRunner:
             self._pending.append(ahead.result())
 
     def _step_in_turn(self) -> dict[str, Any]:
+        loop = self.loop
+        if loop is not None and self._warm_up is not None and self._warm_up():
+            return self._step_in_turn_after_first_batch(loop)
         with self._turn():
             return self._step()
+
+    def _step_in_turn_after_first_batch(self, loop: TrialLoop) -> dict[str, Any]:
+        """The window's first batch trains before the turn, the rest in it. A window that
+        trains no batch (a validation left from a save) runs before the turn whole."""
+        with contextlib.ExitStack() as turn:
+            loop.after_next_batch = lambda: turn.enter_context(self._turn())
+            try:
+                return self._step()
+            finally:
+                loop.after_next_batch = None
 
     def _step(self) -> dict[str, Any]:
         if self._invalid is not None:

@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import math
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -130,6 +130,9 @@ class TrialLoop:
         self._started = False  # on_trial_startup ran
         self._training = False  # on_training_start ran
         self._checkpoint_uuid: str | None = None
+        # Called once after the next batch trains, then cleared (standby takes the GPU's
+        # turn there after a process's first batch: ``TrialRunner``).
+        self.after_next_batch: Callable[[], object] | None = None
 
     # -- lengths -----------------------------------------------------------------------
     def to_batches(self, length: TrainUnit | Any) -> int:
@@ -280,6 +283,9 @@ class TrialLoop:
                 sched._tick(LRScheduler.StepMode.STEP_EVERY_EPOCH)
             for cb in self.callbacks.values():
                 cb.on_training_epoch_end(epoch_idx)
+        if self.after_next_batch is not None:
+            hook, self.after_next_batch = self.after_next_batch, None
+            hook()
 
     @staticmethod
     def _end_reports(report: Report, checkpoint: bool, done: bool, stop: bool) -> Report:
