@@ -398,8 +398,10 @@ SIDES = {
     ),
     # Three trial actors per GPU: two trials ready beside the one training.
     "searchlab_standby2": _searchlab_with({"SEARCHLAB_STANDBY": "2"}),
-    # The same with each trial process's first batch trained in the GPU's turn, not beside it.
-    "searchlab_standby2_in_turn": _searchlab_with(
-        {"SEARCHLAB_STANDBY": "2", "SEARCHLAB_STANDBY_WARM_UP": "0"}
+    # The same with each trial process's first batch trained beside the GPU's holder, not in
+    # its turn (call 15D ran this as the default "searchlab_standby2", and the default as
+    # "searchlab_standby2_in_turn").
+    "searchlab_standby2_warm_up": _searchlab_with(
+        {"SEARCHLAB_STANDBY": "2", "SEARCHLAB_STANDBY_WARM_UP": "1"}
     ),
 }

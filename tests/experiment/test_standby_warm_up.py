@@ -1,7 +1,8 @@
-"""Standby: a trial process's first batch trains before its GPU turn, the rest in it.
+"""Standby's opt-in warm-up: a trial process's first batch trains before its GPU turn.
 
-A process's first batch on a GPU is where cuDNN tries the model's kernels; with standby it
-trains beside the trial that holds the GPU (``GpuBaton.claim_warm_up``). These tests give a
+A process's first batch on a GPU is where cuDNN tries the model's kernels; with
+``SEARCHLAB_STANDBY_WARM_UP=1`` it trains beside the trial that holds the GPU
+(``GpuBaton.claim_warm_up``), and the rest of the window in the turn. These tests give a
 ``TrialRunner`` the baton's turn and warm-up claim, and hold another baton on the same GPU
 for "the other actor" (another open file of the lock, which flock excludes as it would
 another process). They check that exactly one batch trains while the other holds the GPU,
@@ -200,13 +201,13 @@ def test_a_first_window_that_trains_no_batch_never_takes_the_turn(tmp_path: path
     other.close()
 
 
-def test_the_switch_is_on_unless_set_off_and_refuses_other_values(
+def test_the_switch_is_off_unless_set_on_and_refuses_other_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = load_experiment_config(toy_config("switch"), model_dir=str(TOY_MODEL_DIR))
-    assert ExperimentSpec.from_config(config, "switch").standby_warm_up is True
-    monkeypatch.setenv("SEARCHLAB_STANDBY_WARM_UP", "0")
     assert ExperimentSpec.from_config(config, "switch").standby_warm_up is False
+    monkeypatch.setenv("SEARCHLAB_STANDBY_WARM_UP", "1")
+    assert ExperimentSpec.from_config(config, "switch").standby_warm_up is True
     monkeypatch.setenv("SEARCHLAB_STANDBY_WARM_UP", "maybe")
     with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY_WARM_UP='maybe'"):
         check_environment()
