@@ -12,7 +12,6 @@ ahead (reports, weights, a pause while a window waits for its turn).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import pathlib
 import threading
 import time
@@ -20,22 +19,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import runner_steps as steps
 import torch
-from toy_experiment import TOY_MODEL_DIR, toy_config
 
 import searchlab.experiment._standby as standby
-from searchlab.config import load_experiment_config
-from searchlab.experiment._protocol import TrialConfig
-from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._standby import GpuBaton
-from searchlab.experiment._trial_runner import TrialRunner
 
-HPARAMS = {
-    "global_batch_size": 16,
-    "dropout": 0.3,  # every batch draws from the RNG: any change of order shows
-    "n_train": 64,
-    "optimizer": {"lr": 0.1, "momentum": 0.9},
-}
 NODE = "a1b2c3"
 Span = tuple[float, float]
 
@@ -43,29 +32,6 @@ Span = tuple[float, float]
 @pytest.fixture(autouse=True)
 def _private_tmp(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-
-
-def _runner(
-    tmp_path: pathlib.Path,
-    name: str,
-    *,
-    ahead: bool,
-    turn: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
-) -> TrialRunner:
-    config = toy_config(
-        "standby-ahead",
-        hyperparameters=HPARAMS,
-        searcher={"max_length": {"batches": 12}},
-        scheduling_unit=1,
-    )
-    spec = ExperimentSpec.from_config(
-        load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "standby-ahead"
-    )
-    spec = dataclasses.replace(spec, train_ahead=ahead)
-    trial = TrialConfig(HPARAMS, rung_ends=[6, 12], trial_seed=7).to_tune()
-    return TrialRunner(
-        spec, trial, trial_id=name, logdir=str(tmp_path / name), model_dir=spec.model_dir, turn=turn
-    )
 
 
 def _recorded(baton: GpuBaton, spans: list[Span]) -> Callable[[], Any]:
@@ -83,22 +49,6 @@ def _recorded(baton: GpuBaton, spans: list[Span]) -> Callable[[], Any]:
     return turn
 
 
-def _plain(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if isinstance(v, float | int | str)}
-
-
-def _train(runner: TrialRunner) -> list[dict[str, Any]]:
-    results = []
-    while not (result := runner.step()).get("done"):
-        results.append(_plain(result))
-    return [*results, _plain(result)]
-
-
-def _weights(runner: TrialRunner) -> list[torch.Tensor]:
-    assert runner.loop is not None
-    return list(runner.loop.context.models[0].state_dict().values())
-
-
 def _overlap(ours: list[Span], theirs: list[Span]) -> list[tuple[Span, Span]]:
     return [(a, b) for a in ours for b in theirs if a[0] < b[1] and b[0] < a[1]]
 
@@ -111,12 +61,14 @@ def test_a_window_trained_ahead_waits_while_the_other_trial_has_the_gpu(
     # "other trial" takes it before the window trained ahead does, however loaded the machine.
     courtesy = standby.COURTESY_S
     monkeypatch.setattr(standby, "COURTESY_S", 1.0)
-    expected = _train(_runner(tmp_path, "plain", ahead=False))
+    expected = steps.train_to_end(steps.toy_runner(tmp_path, "plain", unit=1, train_ahead=False))
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     spans: list[Span] = []
-    runner = _runner(tmp_path, "ahead", ahead=True, turn=_recorded(mine, spans))
+    runner = steps.toy_runner(
+        tmp_path, "ahead", unit=1, train_ahead=True, turn=_recorded(mine, spans)
+    )
     with other.held():  # the other trial's window: this trial's first step waits for it
-        first = threading.Thread(target=lambda: got.append(_plain(runner.step())))
+        first = threading.Thread(target=lambda: got.append(steps.plain(runner.step())))
         got: list[dict[str, Any]] = []
         first.start()
         first.join(timeout=0.5)
@@ -135,7 +87,7 @@ def test_a_window_trained_ahead_waits_while_the_other_trial_has_the_gpu(
     ahead.result(timeout=60)  # trained with no step waiting for it
     assert runner.loop.batches_trained == 2 and len(spans) == 2 and spans[1][0] >= held_until
     monkeypatch.setattr(standby, "COURTESY_S", courtesy)  # the rest at the usual pace
-    got += _train(runner)
+    got += steps.train_to_end(runner)
     assert got == expected
     mine.close()
     other.close()
@@ -145,8 +97,8 @@ def test_a_window_trained_ahead_waits_while_the_other_trial_has_the_gpu(
 def test_taking_turns_with_another_trial_trains_exactly_as_alone(
     pause_after: int | None, tmp_path: pathlib.Path
 ) -> None:
-    plain = _runner(tmp_path, "plain", ahead=False)
-    expected = _train(plain)
+    plain = steps.toy_runner(tmp_path, "plain", unit=1, train_ahead=False)
+    expected = steps.train_to_end(plain)
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     spans: list[Span] = []
     theirs: list[Span] = []
@@ -163,24 +115,28 @@ def test_taking_turns_with_another_trial_trains_exactly_as_alone(
     competitor = threading.Thread(target=other_trial)
     competitor.start()
     try:
-        runner = _runner(tmp_path, "first", ahead=True, turn=_recorded(mine, spans))
+        runner = steps.toy_runner(
+            tmp_path, "first", unit=1, train_ahead=True, turn=_recorded(mine, spans)
+        )
         if pause_after is None:
-            got = _train(runner)
-            weights = _weights(runner)
+            got = steps.train_to_end(runner)
+            weights = steps.weights(runner)
         else:
-            got = [_plain(runner.step()) for _ in range(pause_after)]
+            got = [steps.plain(runner.step()) for _ in range(pause_after)]
             saved = runner.state()  # Tune's save while a window trains ahead, or waits to
             assert saved is not None
             runner.close()
-            runner = _runner(tmp_path, "second", ahead=True, turn=_recorded(mine, spans))
+            runner = steps.toy_runner(
+                tmp_path, "second", unit=1, train_ahead=True, turn=_recorded(mine, spans)
+            )
             runner.load(saved[0], checkpoint_uuid="checkpoint_000000")
-            got += _train(runner)
-            weights = _weights(runner)
+            got += steps.train_to_end(runner)
+            weights = steps.weights(runner)
     finally:
         done.set()
         competitor.join(timeout=60)
     assert got == expected  # no report lost, none repeated, same values
-    assert all(torch.equal(a, b) for a, b in zip(_weights(plain), weights, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(steps.weights(plain), weights, strict=True))
     assert len(theirs) > 0 and not _overlap(spans, theirs)  # never on the GPU together
     # Every report's window trained in a turn of its own, those trained ahead included (a
     # window trained ahead before the pause is handed out after it, not trained again).
@@ -192,7 +148,7 @@ def test_taking_turns_with_another_trial_trains_exactly_as_alone(
 def test_a_released_trial_is_rebuilt_in_its_turn(tmp_path: pathlib.Path) -> None:
     # Without standby's preparation (SEARCHLAB_STANDBY_PREPARE=0), the step rebuilds a
     # released trial; with standby it does so holding the GPU, as it trains.
-    expected = _train(_runner(tmp_path, "plain", ahead=False))
+    expected = steps.train_to_end(steps.toy_runner(tmp_path, "plain", unit=1, train_ahead=False))
     baton = GpuBaton("k1", "0", NODE)
     parked_in_turn: list[bool] = []
 
@@ -202,12 +158,12 @@ def test_a_released_trial_is_rebuilt_in_its_turn(tmp_path: pathlib.Path) -> None
             parked_in_turn.append(runner.parked)
             yield
 
-    runner = _runner(tmp_path, "released", ahead=False, turn=turn)
-    got = [_plain(runner.step())]
+    runner = steps.toy_runner(tmp_path, "released", unit=1, train_ahead=False, turn=turn)
+    got = [steps.plain(runner.step())]
     runner.state()
     runner.park()  # released between its turns, as an idle standby actor does
     assert runner.parked
-    got += _train(runner)
+    got += steps.train_to_end(runner)
     assert got == expected
     assert parked_in_turn[:2] == [False, True]  # the second turn found it still released
     assert not any(parked_in_turn[2:])

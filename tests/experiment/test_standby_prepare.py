@@ -13,6 +13,7 @@ import pathlib
 from typing import Any
 
 import pytest
+import runner_steps as steps
 import torch
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
@@ -53,27 +54,18 @@ def _runner(
     )
 
 
-def _plain(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if isinstance(v, float | int | str)}
-
-
 def _train(runner: TrialRunner, *, prepare: bool, release: bool) -> list[dict[str, Any]]:
     results = []
     while True:
         if prepare:
             runner.prepare()
         result = runner.step()
-        results.append(_plain(result))
+        results.append(steps.plain(result))
         if result.get("done"):
             return results
         if release:  # what an idle standby actor does between its turns
             runner.state()
             runner.park()
-
-
-def _weights(runner: TrialRunner) -> list[torch.Tensor]:
-    assert runner.loop is not None
-    return list(runner.loop.context.models[0].state_dict().values())
 
 
 def test_preparing_before_each_window_trains_exactly_as_without(tmp_path: pathlib.Path) -> None:
@@ -85,7 +77,7 @@ def test_preparing_before_each_window_trains_exactly_as_without(tmp_path: pathli
         got = _train(prepared, prepare=True, release=True)
         assert len(expected) > 4
         assert got == expected  # losses (dropout's draws), validations, positions
-        for a, b in zip(_weights(plain), _weights(prepared), strict=True):
+        for a, b in zip(steps.weights(plain), steps.weights(prepared), strict=True):
             assert torch.equal(a, b)
     finally:
         plain.close()
@@ -142,7 +134,7 @@ def test_a_pause_right_after_a_preparation_resumes_exactly(tmp_path: pathlib.Pat
     whole = _runner(tmp_path, "whole")  # each build seeds the process RNG (see above)
     expected = _train(whole, prepare=False, release=False)
     first = _runner(tmp_path, "first")
-    head = [_plain(first.step())]
+    head = [steps.plain(first.step())]
     first.state()
     first.park()  # released while it waited
     first.prepare()  # rebuilt and its loader started, then paused before it trained again
@@ -154,22 +146,29 @@ def test_a_pause_right_after_a_preparation_resumes_exactly(tmp_path: pathlib.Pat
         resumed.load(saved[0], checkpoint_uuid="checkpoint_000000")
         tail = _train(resumed, prepare=True, release=False)
         assert head + tail == expected
-        for a, b in zip(_weights(whole), _weights(resumed), strict=True):
+        for a, b in zip(steps.weights(whole), steps.weights(resumed), strict=True):
             assert torch.equal(a, b)
     finally:
         for runner in (whole, first, resumed):
             runner.close()
 
 
-def test_the_switch_is_on_unless_set_off_and_refuses_other_values(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+@pytest.mark.parametrize(
+    ("variable", "field", "default"),
+    [
+        ("SEARCHLAB_STANDBY_PREPARE", "standby_prepare", True),
+        ("SEARCHLAB_STANDBY_WARM_UP", "standby_warm_up", False),
+    ],
+)
+def test_a_standby_switch_keeps_its_default_unless_set_and_refuses_other_values(
+    variable: str, field: str, default: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = load_experiment_config(toy_config("switch"), model_dir=str(TOY_MODEL_DIR))
-    assert ExperimentSpec.from_config(config, "switch").standby_prepare is True
-    monkeypatch.setenv("SEARCHLAB_STANDBY_PREPARE", "0")
-    assert ExperimentSpec.from_config(config, "switch").standby_prepare is False
-    monkeypatch.setenv("SEARCHLAB_STANDBY_PREPARE", "maybe")
-    with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY_PREPARE='maybe'"):
+    assert getattr(ExperimentSpec.from_config(config, "switch"), field) is default
+    monkeypatch.setenv(variable, "1" if not default else "0")
+    assert getattr(ExperimentSpec.from_config(config, "switch"), field) is not default
+    monkeypatch.setenv(variable, "maybe")
+    with pytest.raises(ConfigError, match=f"{variable}='maybe'"):
         check_environment()
 
 

@@ -20,22 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import runner_steps as steps
 import torch
-from toy_experiment import TOY_MODEL_DIR, toy_config
 
-from searchlab.config import load_experiment_config
-from searchlab.errors import ConfigError
-from searchlab.experiment._protocol import TrialConfig
-from searchlab.experiment._spec import ExperimentSpec, check_environment
 from searchlab.experiment._standby import GpuBaton
 from searchlab.experiment._trial_runner import TrialRunner
 
-HPARAMS = {
-    "global_batch_size": 16,
-    "dropout": 0.3,  # every batch draws from the RNG: any change of order shows
-    "n_train": 64,
-    "optimizer": {"lr": 0.1, "momentum": 0.9},
-}
 NODE = "a1b2c3"
 UNIT = 3  # batches per report window: the first window has batches after its first
 
@@ -43,44 +33,6 @@ UNIT = 3  # batches per report window: the first window has batches after its fi
 @pytest.fixture(autouse=True)
 def _private_tmp(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-
-
-def _runner(
-    tmp_path: pathlib.Path,
-    name: str,
-    turn: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
-    warm_up: Callable[[], bool] | None = None,
-) -> TrialRunner:
-    config = toy_config(
-        "standby-warm-up",
-        hyperparameters=HPARAMS,
-        searcher={"max_length": {"batches": 12}},
-        scheduling_unit=UNIT,
-    )
-    spec = ExperimentSpec.from_config(
-        load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "standby-warm-up"
-    )
-    trial = TrialConfig(HPARAMS, rung_ends=[6, 12], trial_seed=7).to_tune()
-    return TrialRunner(
-        spec,
-        trial,
-        trial_id=name,
-        logdir=str(tmp_path / name),
-        model_dir=spec.model_dir,
-        turn=turn,
-        warm_up=warm_up,
-    )
-
-
-def _plain(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if isinstance(v, float | int | str)}
-
-
-def _train(runner: TrialRunner) -> list[dict[str, Any]]:
-    results = []
-    while not (result := runner.step()).get("done"):
-        results.append(_plain(result))
-    return [*results, _plain(result)]
 
 
 def _trained(runner: TrialRunner) -> int:
@@ -113,7 +65,7 @@ def _step_while(other: GpuBaton, runner: TrialRunner, got: list[dict[str, Any]])
     once the step has trained what it may train before its turn and is seen to wait there
     (0.3 s more). Return the time the GPU was given back, after the step's end."""
     before = _trained(runner)
-    step = threading.Thread(target=lambda: got.append(_plain(runner.step())))
+    step = threading.Thread(target=lambda: got.append(steps.plain(runner.step())))
     with other.held():
         step.start()
         time.sleep(0.3)
@@ -130,11 +82,11 @@ def _step_while(other: GpuBaton, runner: TrialRunner, got: list[dict[str, Any]])
 def test_the_process_first_batch_trains_before_its_turn_and_every_later_one_in_it(
     tmp_path: pathlib.Path,
 ) -> None:
-    plain = _runner(tmp_path, "plain")
-    expected = _train(plain)
+    plain = steps.toy_runner(tmp_path, "plain", unit=UNIT)
+    expected = steps.train_to_end(plain)
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     turns = _Turns(mine)
-    runner = _runner(tmp_path, "first", turns, mine.claim_warm_up)
+    runner = steps.toy_runner(tmp_path, "first", unit=UNIT, turn=turns, warm_up=mine.claim_warm_up)
     got: list[dict[str, Any]] = []
     # The first window: its first batch trains while the other trial holds the GPU, its
     # other batches wait for the turn and train in it.
@@ -146,7 +98,7 @@ def test_the_process_first_batch_trains_before_its_turn_and_every_later_one_in_i
     released = _step_while(other, runner, got)
     assert got[2] == {"trained_before_turn": 0}
     assert got[3] == expected[1] and turns.began[1] >= released
-    results = [got[1], got[3], *_train(runner)]
+    results = [got[1], got[3], *steps.train_to_end(runner)]
     assert results == expected  # the same reports, values and RNG draws as alone
     for a, b in zip(
         plain.loop.context.models[0].state_dict().values(),  # type: ignore[union-attr]
@@ -156,7 +108,7 @@ def test_the_process_first_batch_trains_before_its_turn_and_every_later_one_in_i
         assert torch.equal(a, b)
     runner.close()
     # The process's next trial (a reused actor) waits for its turn from its first batch.
-    second = _runner(tmp_path, "second", turns, mine.claim_warm_up)
+    second = steps.toy_runner(tmp_path, "second", unit=UNIT, turn=turns, warm_up=mine.claim_warm_up)
     got = []
     _step_while(other, second, got)
     assert got[0] == {"trained_before_turn": 0} and got[1] == expected[0]
@@ -181,33 +133,23 @@ def test_a_first_window_that_trains_no_batch_never_takes_the_turn(tmp_path: path
     # spent (the next window waits for its turn).
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     turns = _Turns(mine)
-    source = _runner(tmp_path, "source")
-    reports = [_plain(source.step()), _plain(source.step())]
+    source = steps.toy_runner(tmp_path, "source", unit=UNIT)
+    reports = [steps.plain(source.step()), steps.plain(source.step())]
     # The rung end's training report (batch 6) is out, its validation not yet run.
     assert [(r["group"], r["batches"]) for r in reports] == [("training", 3), ("training", 6)]
     saved = source.state()
     assert saved is not None
-    expected = _plain(source.step())
+    expected = steps.plain(source.step())
     assert (expected["group"], expected["batches"]) == ("validation", 6)
-    resumed = _runner(tmp_path, "resumed", turns, mine.claim_warm_up)
+    resumed = steps.toy_runner(
+        tmp_path, "resumed", unit=UNIT, turn=turns, warm_up=mine.claim_warm_up
+    )
     resumed.load(saved[0], checkpoint_uuid="checkpoint_000000")
     with other.held():
-        got = _plain(resumed.step())  # did not wait: no batch, no turn
+        got = steps.plain(resumed.step())  # did not wait: no batch, no turn
     assert got == expected and turns.began == []
     assert mine.claim_warm_up() is False
     for runner in (source, resumed):
         runner.close()
     mine.close()
     other.close()
-
-
-def test_the_switch_is_off_unless_set_on_and_refuses_other_values(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    config = load_experiment_config(toy_config("switch"), model_dir=str(TOY_MODEL_DIR))
-    assert ExperimentSpec.from_config(config, "switch").standby_warm_up is False
-    monkeypatch.setenv("SEARCHLAB_STANDBY_WARM_UP", "1")
-    assert ExperimentSpec.from_config(config, "switch").standby_warm_up is True
-    monkeypatch.setenv("SEARCHLAB_STANDBY_WARM_UP", "maybe")
-    with pytest.raises(ConfigError, match="SEARCHLAB_STANDBY_WARM_UP='maybe'"):
-        check_environment()
