@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 # What each window row keeps: its times, position, GPU, and when its process started and its
@@ -74,6 +75,12 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
         ]
     gaps = [w["gap_s"] for w in windows if w["gap_s"] and w["gap_s"] > 0]
     out = {
+        # Summed over GPUs: from the first window to the last, the time no window of the
+        # GPU's trials ran (windows that overlap, as standby's first batches may, count once).
+        "gpu_idle_between_windows_s": sum(
+            _idle_between(w for w in windows if w.get("gpu", -1.0) == gpu)
+            for gpu in {w.get("gpu", -1.0) for w in windows}
+        ),
         "wall_s": run["wall_s"],
         "batches": trained,
         "efficiency": trained / (rate * run["wall_s"] * gpus),
@@ -99,6 +106,27 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
     return out
 
 
+def _against_ray(runs: list[dict], side: str, workload: str) -> dict[str, float | None]:
+    mine = _median(runs, "efficiency", workload=workload, data="resident", side=side)
+    ray_ = _median(runs, "efficiency", workload=workload, data="resident", side="ray_asha")
+    return {
+        "efficiency": mine,
+        "ray_asha": ray_,
+        "over_ray": mine / ray_ if mine and ray_ else None,
+    }
+
+
+def _idle_between(windows: Iterable[dict[str, Any]]) -> float:
+    """The time between the first window's start and the last one's end that no window
+    covers (``windows`` in order of their start)."""
+    idle, covered = 0.0, None
+    for w in windows:
+        if covered is not None and w["w_start"] > covered:
+            idle += w["w_start"] - covered
+        covered = w["w_end"] if covered is None else max(covered, w["w_end"])
+    return idle
+
+
 def _median(runs: list[dict], key: str, **where: Any) -> float | None:
     picked = [r.get(key) for r in runs if all(r.get(k) == v for k, v in where.items())]
     values = [v for v in picked if v is not None and v == v]  # neither missing nor NaN
@@ -117,15 +145,12 @@ def _summary(runs: list[dict]) -> dict[str, Any]:
 
 def _figures_of(runs: list[dict], per_gpu: int) -> dict[str, Any]:
     runs = [r for r in runs if r.get("per_gpu", 1) == per_gpu]
-    mine = _median(runs, "efficiency", workload="short", data="resident", side="searchlab")
-    ray_ = _median(runs, "efficiency", workload="short", data="resident", side="ray_asha")
-    long_mine = _median(runs, "efficiency", workload="long", data="resident", side="searchlab")
-    long_ray = _median(runs, "efficiency", workload="long", data="resident", side="ray_asha")
+    short, long_ = _against_ray(runs, "searchlab", "short"), _against_ray(runs, "searchlab", "long")
     return {
-        "searchlab_efficiency": mine,
-        "ray_asha_efficiency": ray_,
-        "searchlab_over_ray": mine / ray_ if mine and ray_ else None,
-        "long_efficiency": long_mine,
+        "searchlab_efficiency": short["efficiency"],
+        "ray_asha_efficiency": short["ray_asha"],
+        "searchlab_over_ray": short["over_ray"],
+        "long_efficiency": long_["efficiency"],
         "in_search_over_in_process": _median(
             runs, "in_trial_rate", workload="short", data="resident", side="searchlab"
         ),
@@ -143,8 +168,19 @@ def _figures_of(runs: list[dict], per_gpu: int) -> dict[str, Any]:
             side: _median(runs, "first_batch_s", workload="short", data="resident", side=side)
             for side in ("searchlab", "ray_asha")
         },
-        "long_ray_asha_efficiency": long_ray,
-        "long_searchlab_over_ray": long_mine / long_ray if long_mine and long_ray else None,
+        "long_ray_asha_efficiency": long_["ray_asha"],
+        "long_searchlab_over_ray": long_["over_ray"],
+        # Every side's median efficiency per workload (resident data) and its ratio to Ray's
+        # in the same workload: the levers' sides (standby, ...) beside the headline.
+        "by_side": {
+            side: {
+                f"{workload}_{name}": value
+                for workload in ("short", "long")
+                for name, value in _against_ray(runs, side, workload).items()
+                if name != "ray_asha"
+            }
+            for side in sorted({r["side"] for r in runs} - {"ray_asha"})
+        },
         # Medians over every run of a side: seconds from the call to its first trial's
         # process start, build start, build end and first batch.
         "first_batch_split": {

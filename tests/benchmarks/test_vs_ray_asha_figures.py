@@ -88,6 +88,44 @@ def test_summary_keeps_shared_gpu_runs_out_of_the_headline() -> None:
     assert packed["in_search_over_in_process"] == 0.5
 
 
+def test_the_gpu_idle_time_counts_overlapping_windows_once_on_each_gpu() -> None:
+    windows = [
+        _w("a", 0.0, 1.0, proc=1.0, gpu=0.0),
+        _w("b", 1.5, 2.0, proc=1.0, gpu=0.0),  # GPU 0 idle 0.5 s
+        _w("c", 0.0, 1.0, proc=2.0, gpu=1.0),
+        _w("d", 0.5, 0.8, proc=3.0, gpu=1.0),  # inside c's window: no idle time
+        _w("e", 3.0, 4.0, proc=2.0, gpu=1.0),  # GPU 1 idle 2.0 s
+    ]
+    run = {"wall_s": 5.0, "began": 0.0, "windows": windows, "slots": 1}
+    assert _asha_figures.figures(run, rate=10.0)["gpu_idle_between_windows_s"] == pytest.approx(2.5)
+    shared = {"wall_s": 10.0, "began": 5.0, "windows": SHARED, "slots": 1, "per_gpu": 2}
+    assert _asha_figures.figures(shared, rate=5.0)["gpu_idle_between_windows_s"] == 0.0
+
+
+def test_summary_reads_every_searchlab_side_against_ray() -> None:
+    runs = [
+        _run("ray_asha", 1, 0.6),
+        _run("searchlab", 1, 0.5),
+        _run("searchlab_standby2", 1, 0.66),
+        _run("searchlab_standby2", 1, 0.72),
+        _run("ray_asha", 1, 0.8, workload="long"),
+        _run("searchlab_standby2", 1, 0.72, workload="long"),
+    ]
+    by_side = _asha_figures._summary(runs)["by_side"]
+    assert sorted(by_side) == ["searchlab", "searchlab_standby2"]
+    assert by_side["searchlab_standby2"] == pytest.approx(
+        {
+            "short_efficiency": 0.69,
+            "short_over_ray": 1.15,
+            "long_efficiency": 0.72,
+            "long_over_ray": 0.9,
+        }
+    )
+    assert by_side["searchlab"]["short_over_ray"] == pytest.approx(0.5 / 0.6)
+    assert by_side["searchlab"]["long_efficiency"] is None
+    assert by_side["searchlab"]["long_over_ray"] is None
+
+
 def test_summary_without_shared_gpu_runs_has_no_packed_block() -> None:
     summary = _asha_figures._summary([_run("ray_asha", 1, 0.6), _run("searchlab", 1, 0.3)])
     assert "packed" not in summary
