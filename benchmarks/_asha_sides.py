@@ -399,9 +399,13 @@ SIDES = {
     # Three trial actors per GPU: two trials ready beside the one training.
     "searchlab_standby2": _searchlab_with({"SEARCHLAB_STANDBY": "2"}),
     # The same with each trial process's first batch trained beside the GPU's holder, not in
-    # its turn (call 15D ran this as the default "searchlab_standby2", and the default as
-    # "searchlab_standby2_in_turn").
+    # its turn: the default since call 16B (call 15D ran this as "searchlab_standby2", and
+    # the then default as "searchlab_standby2_in_turn").
     "searchlab_standby2_warm_up": _searchlab_with(
         {"SEARCHLAB_STANDBY": "2", "SEARCHLAB_STANDBY_WARM_UP": "1"}
+    ),
+    # Each trial process's first batch in its turn (the default until call 16B).
+    "searchlab_standby2_in_turn": _searchlab_with(
+        {"SEARCHLAB_STANDBY": "2", "SEARCHLAB_STANDBY_WARM_UP": "0"}
     ),
 }

@@ -65,8 +65,9 @@ on by default, as ``searchlab_standby``, against ``SEARCHLAB_STANDBY_AHEAD=0``).
 ``searchlab_standby2`` sets ``SEARCHLAB_STANDBY=2``: three trial actors per GPU (two trials
 ready beside the one training), ``max_concurrent_trials`` tripled.
 ``searchlab_standby2_warm_up`` also sets ``SEARCHLAB_STANDBY_WARM_UP=1``: each trial
-process's first batch trains beside the trial holding the GPU, not in its turn (call 15D ran
-it as the default, under the name ``searchlab_standby2``).
+process's first batch trains beside the trial holding the GPU, not in its turn (the default
+since call 16B; call 15D ran it as the default, under the name ``searchlab_standby2``), and
+``searchlab_standby2_in_turn`` sets it to ``0``, the default before.
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the

@@ -81,11 +81,13 @@ class ExperimentSpec:
     # it waits for the GPU (``TrialRunner.prepare``); ``SEARCHLAB_STANDBY_PREPARE=0`` on the
     # driver leaves them to the window that trains (to measure what it saves).
     standby_prepare: bool = True
-    # With standby and ``SEARCHLAB_STANDBY_WARM_UP=1`` on the driver, a trial process's
-    # first batch trains before it takes the GPU's turn, beside the trial that holds it
-    # (``GpuBaton.claim_warm_up``). Off by default: in its one measurement (call 15D, H200)
-    # the search's later windows ran at 0.79 of those of the same search without it.
-    standby_warm_up: bool = False
+    # With standby, a trial process's first batch trains before it takes the GPU's turn,
+    # beside the trial that holds it (``GpuBaton.claim_warm_up``); ``SEARCHLAB_STANDBY_WARM_UP=0``
+    # on the driver trains it in the turn. On by default since calls 16A-16B (H200): 1.07-1.41
+    # times the efficiency of the same search without it in three pairs (0.95 in call 15D), and
+    # a first batch beside a training process neither slowed it nor picked slower kernels
+    # (``benchmarks/first_batch_beside.py``).
+    standby_warm_up: bool = True
 
     @property
     def standby(self) -> int:
@@ -136,7 +138,7 @@ class ExperimentSpec:
             standby_key=uuid.uuid4().hex if standby else None,
             standby_ready=max(standby, 1),
             standby_prepare=_flag(STANDBY_PREPARE_VAR, default=True),
-            standby_warm_up=_flag(STANDBY_WARM_UP_VAR, default=False),
+            standby_warm_up=_flag(STANDBY_WARM_UP_VAR, default=True),
         )
 
 
@@ -148,7 +150,7 @@ def check_environment() -> None:
     standby_switch()
     _flag(STANDBY_PREPARE_VAR, default=True)
     _flag(STANDBY_AHEAD_VAR, default=False)
-    _flag(STANDBY_WARM_UP_VAR, default=False)
+    _flag(STANDBY_WARM_UP_VAR, default=True)
     checkpoint_writes()
 
 

@@ -16,15 +16,15 @@ ready: each trial asks for a third of the GPU (a quarter for 3 ...), and the act
 turns on the same lock, so the GPU also goes on while two of them are between trials or
 wait for Tune at once.
 
-With ``SEARCHLAB_STANDBY_WARM_UP=1``, a trial process's first batch trains before the
-process takes the GPU's turn, beside the trial that holds it (``GpuBaton.claim_warm_up``).
-That batch is where cuDNN tries the model's kernels (``cudnn.benchmark``) and CUDA's
-libraries set up: ~1.5 s for a ResNet-18 on an H200, against ~10 ms for a later batch
-(benchmarks/README.md, call 15B). In the turn, the actors a search starts together pay it one
-after the other while the GPU trains nothing else; beside the holder, they pay it at once
-(call 15D: their first windows ended 3.3 s sooner). It is off by default: in that call the
-search's later windows ran at 0.79 of the rate of the same search without it, and cuDNN's
-kernel trials timed beside other processes may pick slower kernels for the process's life.
+A trial process's first batch trains before the process takes the GPU's turn, beside the
+trial that holds it (``GpuBaton.claim_warm_up``). That batch is where cuDNN tries the model's
+kernels (``cudnn.benchmark``) and CUDA's libraries set up: ~1.5-2.2 s for a ResNet-18 on an
+H200, against ~10 ms for a later batch (benchmarks/README.md, calls 15B, 16A). In the turn,
+the actors a search starts together would pay it one after the other while the GPU trains
+nothing else; beside the holder, they pay it at once, and the holder trains on at its rate
+(``benchmarks/first_batch_beside.py``: 1.02 of its rate just before; the kernels the newcomer
+picked ran at 1.12 of those picked alone). ``SEARCHLAB_STANDBY_WARM_UP=0`` on the driver
+trains it in the turn instead (the default until call 16B).
 
 With ``SEARCHLAB_STANDBY_AHEAD=1``, a trial whose report is on its way to the driver trains
 its next window ahead (``TrialRunner.step``) in a thread that waits for the baton like the

@@ -157,7 +157,7 @@ def test_a_pause_right_after_a_preparation_resumes_exactly(tmp_path: pathlib.Pat
     ("variable", "field", "default"),
     [
         ("SEARCHLAB_STANDBY_PREPARE", "standby_prepare", True),
-        ("SEARCHLAB_STANDBY_WARM_UP", "standby_warm_up", False),
+        ("SEARCHLAB_STANDBY_WARM_UP", "standby_warm_up", True),
     ],
 )
 def test_a_standby_switch_keeps_its_default_unless_set_and_refuses_other_values(

@@ -1,7 +1,7 @@
-"""Standby's opt-in warm-up: a trial process's first batch trains before its GPU turn.
+"""Standby's warm-up: a trial process's first batch trains before its GPU turn.
 
-A process's first batch on a GPU is where cuDNN tries the model's kernels; with
-``SEARCHLAB_STANDBY_WARM_UP=1`` it trains beside the trial that holds the GPU
+A process's first batch on a GPU is where cuDNN tries the model's kernels; with standby on
+(and ``SEARCHLAB_STANDBY_WARM_UP`` not ``0``) it trains beside the trial that holds the GPU
 (``GpuBaton.claim_warm_up``), and the rest of the window in the turn. These tests give a
 ``TrialRunner`` the baton's turn and warm-up claim, and hold another baton on the same GPU
 for "the other actor" (another open file of the lock, which flock excludes as it would
