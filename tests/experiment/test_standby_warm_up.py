@@ -22,7 +22,10 @@ from typing import Any
 import pytest
 import runner_steps as steps
 import torch
+from toy_experiment import TOY_MODEL_DIR, toy_config
 
+from searchlab.config import load_experiment_config
+from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._standby import GpuBaton
 from searchlab.experiment._trial_runner import TrialRunner
 
@@ -153,3 +156,48 @@ def test_a_first_window_that_trains_no_batch_never_takes_the_turn(tmp_path: path
         runner.close()
     mine.close()
     other.close()
+
+
+@pytest.mark.parametrize(("variable", "claims"), [(None, True), ("0", False)])
+def test_a_standby_trial_actor_gives_its_runner_the_warm_up_unless_turned_off(
+    variable: str | None, claims: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trainable's wiring, on a worker given one GPU (faked: a CPU test has none): the
+    # runner takes the GPU's turn from the baton, and its warm-up claim unless the driver
+    # set SEARCHLAB_STANDBY_WARM_UP=0.
+    import ray
+
+    from searchlab.experiment import _trainable
+
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
+    if variable is not None:
+        monkeypatch.setenv("SEARCHLAB_STANDBY_WARM_UP", variable)
+    config = load_experiment_config(toy_config("wiring"), model_dir=str(TOY_MODEL_DIR))
+    spec = ExperimentSpec.from_config(config, "wiring")
+    built: list[dict[str, Any]] = []
+
+    class Built:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(kwargs)
+            self.timing: dict[str, float] = {}
+
+    monkeypatch.setattr(_trainable, "TrialRunner", Built)
+    monkeypatch.setattr(_trainable, "shipped_model_dir", lambda spec: str(TOY_MODEL_DIR))
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
+    monkeypatch.setattr(
+        ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda s: NODE})()
+    )
+    trainable = object.__new__(_trainable.SearchlabTrainable)
+    trainable._trial_info, trainable._logdir = None, "unused"
+    trainable.setup({"lr": 0.1}, experiment=spec)
+    try:
+        assert trainable._baton is not None
+        (kwargs,) = built
+        assert kwargs["turn"] == trainable._baton.held
+        if claims:
+            assert kwargs["warm_up"] == trainable._baton.claim_warm_up
+            assert kwargs["warm_up"]() is True and kwargs["warm_up"]() is False
+        else:
+            assert kwargs["warm_up"] is None
+    finally:
+        trainable._baton.close()
