@@ -32,6 +32,7 @@ from searchlab.experiment._records import (
     TRIALS_FILE,
     best_remaining,
     checkpoint_batches,
+    gpu_sharing_hint,
     holds_state,
     is_disk_full,
     load_records,
@@ -373,7 +374,8 @@ class TrialRecorder(Callback):
             )
         elif state == "ERRORED":
             err = (rec["error"] or "").strip().splitlines()
-            self._say(trial, f"errored: {err[-1] if err else 'unknown error'}")
+            hint = gpu_sharing_hint(rec["error"] or "", self._spec)
+            self._say(trial, f"errored: {err[-1] if err else 'unknown error'}{hint}")
 
     def _say(self, trial: Trial, text: str) -> None:
         self._echo(f"{time.strftime('%H:%M:%S')} trial {trial.trial_id} {text}")

@@ -29,6 +29,7 @@ __all__ = [
     "TRIALS_FILE",
     "best_remaining",
     "checkpoint_batches",
+    "gpu_sharing_hint",
     "holds_state",
     "is_disk_full",
     "load_records",
@@ -156,6 +157,7 @@ def holds_state(directory: pathlib.Path) -> bool:
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _DISK_FULL = f"[Errno {errno.ENOSPC}]"
+_CUDA_OOM = "CUDA out of memory"  # torch.OutOfMemoryError's message, any torch since 1.x
 
 
 def trial_error_text(trial: Any) -> str:
@@ -169,6 +171,30 @@ def trial_error_text(trial: Any) -> str:
         pass
     text = text or str(getattr(trial, "error_msg", "") or "unknown error")
     return _ANSI_ESCAPE.sub("", text)  # Ray colours the actor name in tracebacks
+
+
+def gpu_sharing_hint(error_text: str, spec: ExperimentSpec) -> str:
+    """For a trial that ran out of GPU memory on a GPU the experiment shares between trials,
+    what shares it and how to stop sharing (to append to the failure's line); "" otherwise.
+
+    A trial that fits a GPU alone can fail beside others: standby keeps every actor's model,
+    CUDA context and allocator cache on the GPU, and ``gpus_per_trial`` below 1 packs trials.
+    """
+    if _CUDA_OOM not in error_text:
+        return ""
+    if spec.standby:
+        return (
+            f" ({1 + spec.standby} trial actors share each GPU with SEARCHLAB_STANDBY="
+            f"{spec.standby}, which a resume keeps: run the search as a new experiment without "
+            "SEARCHLAB_STANDBY, or with a smaller value)"
+        )
+    share = (spec.exp_conf.get("resources") or {}).get("gpus_per_trial")
+    if share is not None and 0 < float(share) < 1:
+        return (
+            f" (resources.gpus_per_trial: {share} packs {math.floor(1 / float(share))} trials on "
+            "each GPU: raise it to give each trial more of a GPU's memory)"
+        )
+    return ""
 
 
 def is_disk_full(error_text: str) -> bool:

@@ -16,6 +16,7 @@ import pytest
 from searchlab.experiment import _recorder
 from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._recorder import TrialRecorder
+from searchlab.experiment._records import gpu_sharing_hint
 from searchlab.experiment._spec import ExperimentSpec
 
 SPEC = ExperimentSpec(
@@ -178,3 +179,46 @@ def test_trials_json_holds_one_trial_per_line_and_ended_trials_stay_as_recorded(
     recorder.on_step_end(1, [a, b])
     recorder.write()
     assert _on_disk(tmp_path)["a"]["state"] == "COMPLETED"
+
+
+_OOM = (
+    "Traceback (most recent call last):\n  ...\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+    "total capacity of 79.10 GiB of which 1.19 GiB is free.\n"
+)
+
+
+def test_a_trial_out_of_gpu_memory_on_a_shared_gpu_is_told_what_shares_it() -> None:
+    standby = dataclasses.replace(SPEC, standby_key="k1", standby_ready=2)
+    hint = gpu_sharing_hint(_OOM, standby)
+    assert "3 trial actors share each GPU with SEARCHLAB_STANDBY=2" in hint
+    assert "new experiment without SEARCHLAB_STANDBY" in hint
+    packed = dataclasses.replace(SPEC, exp_conf={"resources": {"gpus_per_trial": 0.25}})
+    assert "gpus_per_trial: 0.25 packs 4 trials on each GPU" in gpu_sharing_hint(_OOM, packed)
+    # Nothing to say: a GPU of its own, a whole GPU asked for, or another error.
+    assert gpu_sharing_hint(_OOM, SPEC) == ""
+    whole = dataclasses.replace(SPEC, exp_conf={"resources": {"gpus_per_trial": 1}})
+    assert gpu_sharing_hint(_OOM, whole) == ""
+    assert gpu_sharing_hint("ValueError: bad lr\n", standby) == ""
+
+
+def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathlib.Path) -> None:
+    lines: list[str] = []
+    control = types.SimpleNamespace(
+        restore_failed=False, interrupted=False, disk_full=set(), fatal=False
+    )
+    spec = dataclasses.replace(SPEC, standby_key="k1", standby_ready=1)
+    recorder = TrialRecorder(spec, tmp_path, echo=lines.append, control=control)
+    a = _trial("a", 0.1)
+    (tmp_path / "error.txt").write_text(_OOM)
+    a.error_file = str(tmp_path / "error.txt")
+    recorder.on_step_end(0, [a])
+    a.status = "ERROR"
+    recorder.on_trial_error(1, [a], a)
+    recorder.on_step_end(1, [a])
+    (line,) = [line for line in lines if "errored" in line]
+    assert "errored: torch.OutOfMemoryError: CUDA out of memory." in line
+    assert line.endswith(
+        "run the search as a new experiment without SEARCHLAB_STANDBY, or with a smaller value)"
+    )
+    assert "2 trial actors share each GPU with SEARCHLAB_STANDBY=1" in line
