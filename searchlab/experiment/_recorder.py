@@ -32,7 +32,7 @@ from searchlab.experiment._records import (
     TRIALS_FILE,
     best_remaining,
     checkpoint_batches,
-    gpu_sharing_hint,
+    error_line,
     holds_state,
     is_disk_full,
     load_records,
@@ -373,9 +373,7 @@ class TrialRecorder(Callback):
                 f"finished at batch {rec['batches']}, best {self._spec.metric}={_short(rec['best_metric'])}",
             )
         elif state == "ERRORED":
-            err = (rec["error"] or "").strip().splitlines()
-            hint = gpu_sharing_hint(rec["error"] or "", self._spec)
-            self._say(trial, f"errored: {err[-1] if err else 'unknown error'}{hint}")
+            self._say(trial, f"errored: {error_line(rec['error'] or '', self._spec)}")
 
     def _say(self, trial: Trial, text: str) -> None:
         self._echo(f"{time.strftime('%H:%M:%S')} trial {trial.trial_id} {text}")

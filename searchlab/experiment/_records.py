@@ -29,6 +29,7 @@ __all__ = [
     "TRIALS_FILE",
     "best_remaining",
     "checkpoint_batches",
+    "error_line",
     "gpu_sharing_hint",
     "holds_state",
     "is_disk_full",
@@ -171,6 +172,13 @@ def trial_error_text(trial: Any) -> str:
         pass
     text = text or str(getattr(trial, "error_msg", "") or "unknown error")
     return _ANSI_ESCAPE.sub("", text)  # Ray colours the actor name in tracebacks
+
+
+def error_line(error_text: str, spec: ExperimentSpec) -> str:
+    """A failed trial's one line: its traceback's last line, then what shares its GPU where
+    it ran out of memory on a shared one (``gpu_sharing_hint``)."""
+    lines = error_text.strip().splitlines()
+    return (lines[-1] if lines else "unknown error") + gpu_sharing_hint(error_text, spec)
 
 
 def gpu_sharing_hint(error_text: str, spec: ExperimentSpec) -> str:

@@ -16,7 +16,7 @@ import pytest
 from searchlab.experiment import _recorder
 from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._recorder import TrialRecorder
-from searchlab.experiment._records import gpu_sharing_hint
+from searchlab.experiment._records import error_line, gpu_sharing_hint
 from searchlab.experiment._spec import ExperimentSpec
 
 SPEC = ExperimentSpec(
@@ -200,6 +200,8 @@ def test_a_trial_out_of_gpu_memory_on_a_shared_gpu_is_told_what_shares_it() -> N
     whole = dataclasses.replace(SPEC, exp_conf={"resources": {"gpus_per_trial": 1}})
     assert gpu_sharing_hint(_OOM, whole) == ""
     assert gpu_sharing_hint("ValueError: bad lr\n", standby) == ""
+    assert error_line("Traceback ...\nValueError: bad lr\n", standby) == "ValueError: bad lr"
+    assert error_line("", SPEC) == "unknown error"
 
 
 def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathlib.Path) -> None:
