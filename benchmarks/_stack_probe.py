@@ -43,8 +43,7 @@ def start(
     depth: int = 14,
 ) -> threading.Thread | None:
     """Sample this process's threads into ``folder`` for ``seconds`` (None if it already does).
-    Lines are flushed every second, so a process killed at the end of a run loses at most
-    that."""
+    Each sample is on disk before the next is taken, so a killed process loses at most one."""
     pid = os.getpid()
     if pid in _started:
         return None
@@ -55,32 +54,32 @@ def start(
 
     def run() -> None:
         end = time.monotonic() + seconds
-        lines: list[str] = []
-        last_flush = time.monotonic()
-        while time.monotonic() < end:
-            time.sleep(period_s)
-            names = {t.ident: t.name for t in threading.enumerate()}
-            now = time.time()
-            own = me().ident
-            for ident, frame in sys._current_frames().items():
-                if ident == own:
-                    continue
-                stack = []
-                f: Any = frame
-                while f is not None and len(stack) < depth:
-                    code = f.f_code
-                    stack.append(
-                        f"{pathlib.Path(code.co_filename).name}:{f.f_lineno} {code.co_name}"
-                    )
-                    f = f.f_back
-                line = {"t": round(now, 4), "thread": names.get(ident, str(ident)), "frames": stack}
-                lines.append(json.dumps(line))
-            if time.monotonic() - last_flush >= 1.0 or time.monotonic() >= end:
-                with path.open("a") as out:
-                    out.write("".join(x + "\n" for x in lines))
-                lines, last_flush = [], time.monotonic()
+        # Written and flushed after every sample: a Ray worker ends by exiting or being
+        # killed, and a buffer would lose its last windows, the ones a report often asks for.
         with path.open("a") as out:
-            out.write("".join(x + "\n" for x in lines))
+            while time.monotonic() < end:
+                time.sleep(period_s)
+                names = {t.ident: t.name for t in threading.enumerate()}
+                now = time.time()
+                own = me().ident
+                lines = []
+                for ident, frame in sys._current_frames().items():
+                    if ident == own:
+                        continue
+                    stack = []
+                    f: Any = frame
+                    while f is not None and len(stack) < depth:
+                        code = f.f_code
+                        stack.append(
+                            f"{pathlib.Path(code.co_filename).name}:{f.f_lineno} {code.co_name}"
+                        )
+                        f = f.f_back
+                    thread = names.get(ident, str(ident))
+                    lines.append(
+                        json.dumps({"t": round(now, 4), "thread": thread, "frames": stack})
+                    )
+                out.write("".join(x + "\n" for x in lines))
+                out.flush()
 
     thread = threading.Thread(target=run, name="searchlab-bench-stacks", daemon=True)
     thread.start()
