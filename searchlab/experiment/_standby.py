@@ -32,6 +32,18 @@ step does: when the other trial's window ends before the driver calls this one a
 GPU goes on with this trial's next window instead of waiting for Tune's round trip. A window
 trained ahead is the window the next call trains, so every trial trains exactly as without.
 
+Memory is what sharing a GPU costs: every actor keeps its CUDA context, its trial's model
+and optimizer, and the blocks its allocator cached for its last window (for a CNN, mostly the
+activations of one batch). Two rules keep a trial that fits the GPU alone from failing beside
+the others. At the end of each window, still in the turn, a holder gives its cached blocks
+back when the GPU's free memory could not hold another window like its own
+(``MemoryGuard.after_window``), so the next holder finds the room it needs. And a trial that
+runs out of GPU memory all the same marks its GPU *tight* (``GpuBaton.mark_tight``) before
+its error goes to Tune, which retries it from its last checkpoint (``max_restarts``): from
+then on every actor of the run on that GPU gives its cache back after each window and trains
+its first batch in the turn, not beside the holder. Where memory is plentiful neither rule
+does anything.
+
 The lock is ``flock`` on a file of the node (one per GPU and run, in a directory of the
 temporary folder only this user can enter): the kernel hands it over at once and frees it
 when its holder's process dies, so a killed worker never keeps the GPU. Processes forked
@@ -53,9 +65,10 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-__all__ = ["COURTESY_S", "GpuBaton", "baton_dir", "remove_baton_dir"]
+__all__ = ["COURTESY_S", "GpuBaton", "MemoryGuard", "baton_dir", "remove_baton_dir"]
 
 # How long a process that just gave the GPU back waits before it asks again (``held``).
 COURTESY_S = 0.002
@@ -108,8 +121,12 @@ class GpuBaton:
     def __init__(self, key: str, gpu: str, node: str) -> None:
         # Named by a digest: GPU ids may be UUIDs or MIG paths, with characters a file
         # name cannot hold.
-        name = hashlib.sha256(f"{node}\0{gpu}".encode()).hexdigest()[:32] + ".lock"
-        self.path = baton_dir(key) / name
+        name = hashlib.sha256(f"{node}\0{gpu}".encode()).hexdigest()[:32]
+        self.path = baton_dir(key) / f"{name}.lock"
+        self._tight_path = self.path.with_suffix(".tight")
+        self._tight = False
+        # Called in the turn, right before the GPU is given back (``MemoryGuard.after_window``).
+        self.before_release: Callable[[], None] | None = None
         self._fd: int | None = os.open(
             self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
@@ -147,18 +164,73 @@ class GpuBaton:
             try:
                 yield
             finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                self._released = time.monotonic()
+                try:
+                    if self.before_release is not None:
+                        self.before_release()
+                finally:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    self._released = time.monotonic()
 
     def claim_warm_up(self) -> bool:
         """True the first time this process asks, False after: the caller's next batch is the
-        process's first on this GPU and trains before its turn (see the module's doc)."""
+        process's first on this GPU and trains before its turn (see the module's doc). False
+        on a tight GPU: that batch would need a window's memory beside the holder's."""
         with self._claim:
             first, self._warm_up_claimed = not self._warm_up_claimed, True
-        return first
+        return first and not self.tight
+
+    @property
+    def tight(self) -> bool:
+        """Whether a trial of this run ran out of memory on this GPU (any actor, any process)."""
+        if not self._tight:
+            self._tight = self._tight_path.exists()
+        return self._tight
+
+    def mark_tight(self) -> None:
+        """Note, for every actor of the run on this GPU, that a trial ran out of its memory."""
+        self._tight = True
+        with contextlib.suppress(FileExistsError):
+            os.close(
+                os.open(
+                    self._tight_path,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                )
+            )
 
     def close(self) -> None:
         """Let go of the lock file (the file stays: another actor may hold or wait on it)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class MemoryGuard:
+    """What a standby actor does about GPU memory at the end of each window it trains."""
+
+    # Room kept for another window like this one's: its growth, a quarter more, 256 MiB.
+    MARGIN = 1.25
+    SPARE_BYTES = 256 << 20
+
+    def __init__(self, baton: GpuBaton) -> None:
+        self.baton = baton
+        self.gave_back = 0  # windows after which the cache went back (for tests and timing)
+
+    def after_window(self) -> None:
+        """Give the allocator's cached blocks back, still in the turn, when the GPU is tight or
+        its free memory could not hold the growth of a window like this process's last one
+        (its peak over what stays allocated between windows)."""
+        import torch
+
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        if self.baton.tight or not self.room_for_another_window(torch.cuda):
+            torch.cuda.empty_cache()
+            self.gave_back += 1
+
+    @classmethod
+    def room_for_another_window(cls, cuda: Any) -> bool:
+        """``cuda``: ``torch.cuda`` (or a stand-in with its memory functions)."""
+        free, _total = cuda.mem_get_info()
+        growth = cuda.max_memory_reserved() - cuda.memory_allocated()
+        return bool(free >= growth * cls.MARGIN + cls.SPARE_BYTES)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow.fs
 import ray
+import torch
 from ray import tune
 
 from searchlab._failpoints import failpoint
@@ -28,7 +29,7 @@ from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_pat
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._standby import GpuBaton
+from searchlab.experiment._standby import GpuBaton, MemoryGuard
 from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     earlier_checkpoints,
@@ -113,6 +114,8 @@ class SearchlabTrainable(tune.Trainable):
         gpus = [str(g) for g in ray.get_gpu_ids()]
         node = ray.get_runtime_context().get_node_id()
         self._baton = GpuBaton.for_worker(experiment.standby_key, gpus, node)
+        if self._baton is not None:
+            self._baton.before_release = MemoryGuard(self._baton).after_window
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
@@ -152,7 +155,12 @@ class SearchlabTrainable(tune.Trainable):
                 self._runner.prepare()  # while this GPU's other trial trains
             # With standby, the runner trains in the GPU's turn (the baton): this GPU's
             # other trial actor trains whenever this one does not.
-            return self._runner.step()
+            try:
+                return self._runner.step()
+            except torch.cuda.OutOfMemoryError:
+                if self._baton is not None:  # Tune retries it on a GPU now run tight
+                    self._baton.mark_tight()
+                raise
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with self._idle.busy():
