@@ -113,6 +113,34 @@ def test_four_trials_at_a_quarter_gpu_each_train_at_the_same_time(ray_session, t
 
 
 @pytest.mark.ray
+def test_standby_trials_that_each_need_two_fifths_of_the_gpu_all_complete(
+    ray_session, tmp_path, monkeypatch
+) -> None:
+    # Three actors per GPU whose batches each take 40% of its memory: kept in every actor's
+    # allocator cache, the third would not fit. Standby's memory rules give caches back
+    # (a trial out of memory all the same marks the GPU tight and is retried).
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "2")
+    config = _config(
+        "gpu-standby-memory",
+        {"replica": {"type": "categorical", "vals": list(range(6))}, "ballast": 0.4},
+        resources={"cpus_per_trial": 0.5},
+        max_restarts=3,
+    )
+    config["searcher"]["max_concurrent_trials"] = 3 * int(
+        ray_session.cluster_resources().get("GPU", 1)
+    )
+
+    results = _search(config, tmp_path)
+
+    trials = results.trials
+    assert trials["state"].tolist() == ["COMPLETED"] * 6, trials[["error", "restarts"]]
+    assert trials["batches"].tolist() == [6] * 6
+    training = results.metrics[results.metrics["group"] == "training"]
+    assert (training["on_cuda"] == 1.0).all()
+    print("restarts:", trials["restarts"].tolist())  # out-of-memory retries, if any
+
+
+@pytest.mark.ray
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_run_that_starts_ray_trains_two_trials_on_two_gpus(tmp_path) -> None:
     """``searchlab run`` starting its own Ray: the trials' actors start in workers Ray
