@@ -18,6 +18,7 @@ at 10 samples a second that is far below what the windows' own timing resolves.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import sys
@@ -91,7 +92,8 @@ def start_from_environment() -> None:
     (nothing when it is unset), every ``$SEARCHLAB_BENCH_STACKS_PERIOD_S`` seconds."""
     folder = os.environ.get(FOLDER_VAR)
     if folder:
-        start(folder, period_s=float(os.environ.get(PERIOD_VAR) or 0.1))
+        # For the worker's whole life: a reused trial actor may train for minutes.
+        start(folder, period_s=float(os.environ.get(PERIOD_VAR) or 0.1), seconds=math.inf)
 
 
 def read_samples(folder: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:

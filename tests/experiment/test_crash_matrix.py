@@ -71,7 +71,8 @@ KILL_POINTS = [
     ("trial-finished", 1),  # a trial just finished
     ("trials-stopped", 1),  # close-out: paused trials that will never go on were stopped
     ("searcher-save", 3),  # Tune wrote its experiment state, not yet the search's (a run makes 5-6)
-    ("write-searchlab_state.json", 5),  # the snapshot's temporary file is written
+    # the snapshot's temporary file is written (once per Tune save: not the last one)
+    ("write-searchlab_state.json", 3),
     ("write-trials.json", 9),  # trials.json's temporary file is written
 ]
 

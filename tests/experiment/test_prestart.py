@@ -72,6 +72,8 @@ with ray_environment():
             break
         before = now
         time.sleep(0.5)
+    else:
+        raise SystemExit(f"Ray's idle workers did not settle in 120 s: {before}")
     # As Tune does: a placement group per trial, here reserving every CPU of the node. Ray's
     # default would kill its idle workers 1 s after they became surplus to the CPUs left.
     group = placement_group([{"CPU": 1}] * cpus)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import stat
 import subprocess
 import sys
@@ -84,7 +85,9 @@ def test_joining_a_token_protected_cluster_without_its_token_is_one_line(
             [ray_cli, "get-auth-token", "--generate"], env=head_env, check=True, capture_output=True
         )
         head_env["RAY_AUTH_MODE"] = "token"
-        port = "6391"
+        with socket.socket() as sock:  # a free port, not a fixed one another run may hold
+            sock.bind(("127.0.0.1", 0))
+            port = str(sock.getsockname()[1])
         started = subprocess.run(
             [
                 ray_cli,

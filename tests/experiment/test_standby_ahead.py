@@ -12,6 +12,7 @@ ahead (reports, weights, a pause while a window waits for its turn).
 from __future__ import annotations
 
 import contextlib
+import math
 import pathlib
 import threading
 import time
@@ -80,6 +81,9 @@ def test_a_window_trained_ahead_waits_while_the_other_trial_has_the_gpu(
     # waits, and trains as soon as the GPU is free (no step asked for it meanwhile).
     ahead = runner._ahead
     assert ahead is not None
+    # The other trial asks at once (no courtesy of its own left to wait), a second before
+    # the thread training ahead may.
+    other._released = -math.inf
     with other.held():
         time.sleep(0.3)
         assert runner.loop is not None and runner.loop.batches_trained == 1 and len(spans) == 1

@@ -51,27 +51,34 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
 
 
 class _Turns:
-    """``baton.held``, noting when each turn began (monotonic time)."""
+    """``baton.held``, noting when each turn was asked for (``asking``) and began
+    (monotonic times)."""
 
     def __init__(self, baton: GpuBaton) -> None:
         self.baton, self.began = baton, []
+        self.asking = threading.Event()
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
+        self.asking.set()
         with self.baton.held():
             self.began.append(time.monotonic())
             yield
 
 
-def _step_while(other: GpuBaton, runner: TrialRunner, got: list[dict[str, Any]]) -> float:
+def _step_while(
+    other: GpuBaton, runner: TrialRunner, turns: _Turns, got: list[dict[str, Any]]
+) -> float:
     """Start ``runner.step()`` in a thread while ``other`` holds the GPU; give the GPU back
-    once the step has trained what it may train before its turn and is seen to wait there
-    (0.3 s more). Return the time the GPU was given back, after the step's end."""
+    once the step has trained what it may train before its turn, asked for the turn and is
+    seen to wait there (0.3 s more). Return the time the GPU was given back, after the
+    step's end."""
     before = _trained(runner)
+    turns.asking.clear()
     step = threading.Thread(target=lambda: got.append(steps.plain(runner.step())))
     with other.held():
         step.start()
-        time.sleep(0.3)
+        assert turns.asking.wait(timeout=60), "the step never asked for its turn"
         trained = _trained(runner)
         time.sleep(0.3)
         assert step.is_alive() and _trained(runner) == trained  # waiting for its turn
@@ -93,12 +100,12 @@ def test_the_process_first_batch_trains_before_its_turn_and_every_later_one_in_i
     got: list[dict[str, Any]] = []
     # The first window: its first batch trains while the other trial holds the GPU, its
     # other batches wait for the turn and train in it.
-    released = _step_while(other, runner, got)
+    released = _step_while(other, runner, turns, got)
     assert got[0] == {"trained_before_turn": 1}
     assert got[1] == expected[0] and _trained(runner) == UNIT
     assert len(turns.began) == 1 and turns.began[0] >= released
     # The next window waits for the turn before its first batch.
-    released = _step_while(other, runner, got)
+    released = _step_while(other, runner, turns, got)
     assert got[2] == {"trained_before_turn": 0}
     assert got[3] == expected[1] and turns.began[1] >= released
     results = [got[1], got[3], *steps.train_to_end(runner)]
@@ -113,7 +120,7 @@ def test_the_process_first_batch_trains_before_its_turn_and_every_later_one_in_i
     # The process's next trial (a reused actor) waits for its turn from its first batch.
     second = steps.toy_runner(tmp_path, "second", unit=UNIT, turn=turns, warm_up=mine.claim_warm_up)
     got = []
-    _step_while(other, second, got)
+    _step_while(other, second, turns, got)
     assert got[0] == {"trained_before_turn": 0} and got[1] == expected[0]
     second.close()
     plain.close()
