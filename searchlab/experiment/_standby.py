@@ -34,15 +34,23 @@ trained ahead is the window the next call trains, so every trial trains exactly 
 
 Memory is what sharing a GPU costs: every actor keeps its CUDA context, its trial's model
 and optimizer, and the blocks its allocator cached for its last window (for a CNN, mostly the
-activations of one batch). Two rules keep a trial that fits the GPU alone from failing beside
-the others. At the end of each window, still in the turn, a holder gives its cached blocks
-back when the GPU's free memory could not hold another window like its own
-(``MemoryGuard.after_window``), so the next holder finds the room it needs. And a trial that
-runs out of GPU memory all the same marks its GPU *tight* (``GpuBaton.mark_tight``) before
-its error goes to Tune, which retries it from its last checkpoint (``max_restarts``): from
-then on every actor of the run on that GPU gives its cache back after each window and trains
-its first batch in the turn, not beside the holder. Where memory is plentiful neither rule
-does anything.
+activations of one batch). Three rules keep a trial that fits the GPU alone from failing
+beside the others, each a step further than the last:
+
+1. At the end of each window, still in the turn, a holder gives its cached blocks back when
+   the GPU's free memory could not hold another window like its own
+   (``MemoryGuard.after_window``), so the next holder finds the room it needs.
+2. A trial that runs out of GPU memory all the same marks its GPU *tight*
+   (``GpuBaton.out_of_memory``) before its error goes to Tune, which retries it from its
+   last checkpoint (``max_restarts``). From then on every actor of the run on that GPU gives
+   its cache back after each window and trains its first batch in the turn.
+3. A trial that runs out of memory on a tight GPU marks it *crowded*: from then on an actor
+   does everything that puts a trial on the GPU (build, restore, save, train) in the turn,
+   and parks its trial in host memory at the turn's end (``TrialRunner.park_between_windows``,
+   exact like any park), so the GPU holds one trial and the actors' CUDA contexts.
+
+Where memory is plentiful no rule does anything; on a crowded GPU standby is slower than
+no standby, but no trial that fits alone fails.
 
 The lock is ``flock`` on a file of the node (one per GPU and run, in a directory of the
 temporary folder only this user can enter): the kernel hands it over at once and frees it
@@ -123,16 +131,19 @@ class GpuBaton:
         # name cannot hold.
         name = hashlib.sha256(f"{node}\0{gpu}".encode()).hexdigest()[:32]
         self.path = baton_dir(key) / f"{name}.lock"
-        self._tight_path = self.path.with_suffix(".tight")
-        self._tight = False
+        # The GPU's memory level for the run (see the module's doc), one file per level.
+        self._level_paths = [self.path.with_suffix(".tight"), self.path.with_suffix(".crowded")]
+        self._level = 0
         # Called in the turn, right before the GPU is given back (``MemoryGuard.after_window``).
         self.before_release: Callable[[], None] | None = None
         self._fd: int | None = os.open(
             self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
         # flock excludes open files, not the threads sharing one: the step's thread and the
-        # thread training ahead also take turns on this.
-        self._threads = threading.Lock()
+        # thread training ahead also take turns on this. Reentrant: on a crowded GPU a call
+        # that holds the turn may run a step, which takes it again.
+        self._threads = threading.RLock()
+        self._depth = 0
         self._released = -math.inf  # monotonic time this process last gave the GPU back
         self._warm_up_claimed = False
         self._claim = threading.Lock()
@@ -157,10 +168,18 @@ class GpuBaton:
         with self._threads:
             if self._fd is None:
                 raise RuntimeError("the GPU baton was closed")
+            if self._depth:  # this thread holds the turn already
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
             wait = self._released + COURTESY_S - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
             fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits without the GIL
+            self._depth = 1
             try:
                 yield
             finally:
@@ -168,6 +187,7 @@ class GpuBaton:
                     if self.before_release is not None:
                         self.before_release()
                 finally:
+                    self._depth = 0
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
                     self._released = time.monotonic()
 
@@ -180,23 +200,29 @@ class GpuBaton:
         return first and not self.tight
 
     @property
-    def tight(self) -> bool:
-        """Whether a trial of this run ran out of memory on this GPU (any actor, any process)."""
-        if not self._tight:
-            self._tight = self._tight_path.exists()
-        return self._tight
+    def level(self) -> int:
+        """The GPU's memory level for the run, as any actor of it marked it: 0, 1 (tight: a
+        trial ran out of memory here) or 2 (crowded: one did on a tight GPU)."""
+        while self._level < len(self._level_paths) and self._level_paths[self._level].exists():
+            self._level += 1
+        return self._level
 
-    def mark_tight(self) -> None:
-        """Note, for every actor of the run on this GPU, that a trial ran out of its memory."""
-        self._tight = True
-        with contextlib.suppress(FileExistsError):
-            os.close(
-                os.open(
-                    self._tight_path,
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o600,
-                )
-            )
+    @property
+    def tight(self) -> bool:
+        return self.level >= 1
+
+    @property
+    def crowded(self) -> bool:
+        return self.level >= 2
+
+    def out_of_memory(self, seen: int) -> int:
+        """A trial ran out of memory in a call that began at level ``seen``: mark the next
+        level for every actor of the run on this GPU (none past crowded). The new level."""
+        for path in self._level_paths[: min(seen + 1, len(self._level_paths))]:
+            with contextlib.suppress(FileExistsError):
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(path, flags, 0o600))
+        return self.level
 
     def close(self) -> None:
         """Let go of the lock file (the file stays: another actor may hold or wait on it)."""
@@ -214,7 +240,7 @@ class MemoryGuard:
 
     def __init__(self, baton: GpuBaton) -> None:
         self.baton = baton
-        self.gave_back = 0  # windows after which the cache went back (for tests and timing)
+        self.gave_back = 0  # windows after which the cache went back (for tests)
 
     def after_window(self) -> None:
         """Give the allocator's cached blocks back, still in the turn, when the GPU is tight or

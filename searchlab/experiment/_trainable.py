@@ -10,8 +10,10 @@ with data-parallel workers.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow.fs
@@ -115,12 +117,38 @@ class SearchlabTrainable(tune.Trainable):
         node = ray.get_runtime_context().get_node_id()
         self._baton = GpuBaton.for_worker(experiment.standby_key, gpus, node)
         if self._baton is not None:
-            self._baton.before_release = MemoryGuard(self._baton).after_window
+            self._memory = MemoryGuard(self._baton)
+            self._baton.before_release = self._before_release
         self._spec = experiment
         self._runner: TrialRunner | None = None
         self._idle = IdleRelease(self._release, experiment.release_idle_after_s)
         self._writer = CheckpointWriter.for_setting(experiment.checkpoint_writes, trains=True)
-        self._build(config)
+        with self._gpu_work():
+            self._build(config)
+
+    @contextlib.contextmanager
+    def _gpu_work(self) -> Iterator[None]:
+        """Around a call that may put the trial on the GPU. With standby (``_standby``'s
+        memory rules): running out of GPU memory marks the GPU's next memory level before
+        Tune sees the error (and retries the trial), and on a crowded GPU the call runs in
+        the GPU's turn, at whose end the trial is parked."""
+        if self._baton is None:
+            yield
+            return
+        seen = self._baton.level
+        try:
+            with self._baton.held() if seen >= 2 else contextlib.nullcontext():
+                yield
+        except torch.cuda.OutOfMemoryError:
+            self._baton.out_of_memory(seen)
+            raise
+
+    def _before_release(self) -> None:
+        """Standby: the end of each turn of this actor on the GPU."""
+        assert self._baton is not None
+        if self._baton.crowded and self._runner is not None:
+            self._runner.park_between_windows()
+        self._memory.after_window()
 
     def _build(self, config: dict[str, Any]) -> None:
         began = time.perf_counter()
@@ -151,19 +179,16 @@ class SearchlabTrainable(tune.Trainable):
             # Its own failed write fails it, as a failed save did; a write this trial must
             # wait for is waited for before it takes the GPU.
             self._writer.before_training(self.trial_id)
-            if self._baton is not None and self._spec.standby_prepare:
-                self._runner.prepare()  # while this GPU's other trial trains
-            # With standby, the runner trains in the GPU's turn (the baton): this GPU's
-            # other trial actor trains whenever this one does not.
-            try:
+            with self._gpu_work():
+                baton = self._baton
+                if baton is not None and self._spec.standby_prepare and not baton.crowded:
+                    self._runner.prepare()  # while this GPU's other trial trains
+                # With standby, the runner trains in the GPU's turn (the baton): this GPU's
+                # other trial actor trains whenever this one does not.
                 return self._runner.step()
-            except torch.cuda.OutOfMemoryError:
-                if self._baton is not None:  # Tune retries it on a GPU now run tight
-                    self._baton.mark_tight()
-                raise
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        with self._idle.busy():
+        with self._idle.busy(), self._gpu_work():
             assert self._runner is not None
             saved = self._runner.state()
             if saved is not None:  # a trial that never built (InvalidHP) has nothing to save
@@ -182,7 +207,7 @@ class SearchlabTrainable(tune.Trainable):
         return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:
-        with self._idle.busy():
+        with self._idle.busy(), self._gpu_work():
             assert self._runner is not None
             if self._runner.loop is None and not self._runner.parked:
                 return
@@ -227,7 +252,7 @@ class SearchlabTrainable(tune.Trainable):
         return bool(super().reset(*args, **kwargs))
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        with self._idle.busy():
+        with self._idle.busy(), self._gpu_work():
             self._close(collect=False)  # the next trial is built at once
             self._build(new_config)
         return True

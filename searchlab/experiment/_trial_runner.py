@@ -166,6 +166,14 @@ class TrialRunner:
         self._parked = (buf.getvalue(), self._checkpoint_uuid)
         self._close_loop()
 
+    def park_between_windows(self) -> None:
+        """Park at a window's end, in the GPU's turn (standby on a GPU where memory ran out
+        beside the other trials): no window trains ahead from now on, and each rebuilds the
+        trial in its turn. A window trained ahead that nobody has taken yet is not parked."""
+        self._train_ahead = False
+        if self._ahead is None:
+            self.park()
+
     def unpark(self) -> None:
         """Rebuild a parked trial from its kept state (a no-op when it is not parked)."""
         if self._parked is None:

@@ -1,11 +1,14 @@
 """Standby's memory rules: a trial that fits its GPU alone does not fail beside the others.
 
 At each window's end, still in the GPU's turn, a holder gives its allocator's cache back when
-the GPU's free memory could not hold another window like its own (``MemoryGuard``); a trial
+the GPU's free memory could not hold another window like its own (``MemoryGuard``). A trial
 that runs out of GPU memory all the same marks its GPU tight for every actor of the run on it
-(``GpuBaton.mark_tight``): they give their cache back after every window and train their
-first batch in the turn. A CPU test has no GPU: these fake torch's memory functions and the
-worker's GPU, and check each rule's decision and wiring.
+(``GpuBaton.out_of_memory``): they give their cache back after every window and train their
+first batch in the turn. One that runs out on a tight GPU marks it crowded: every call that
+puts a trial on the GPU runs in the turn, at whose end the trial is parked in host memory.
+A CPU test has no GPU: these fake torch's memory functions and the worker's GPU, and check
+each rule's decision, its wiring, and that a trial parked after every window trains exactly
+as one never parked.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pathlib
 from typing import Any
 
 import pytest
+import runner_steps as steps
 import torch
 from toy_experiment import TOY_MODEL_DIR, toy_config
 
@@ -88,7 +92,7 @@ def test_on_a_tight_gpu_every_window_gives_its_cache_back(
     cuda = FakeCuda(free=60 * GIB, peak=12 * GIB, allocated=2 * GIB)
     guard = _guarded(monkeypatch, cuda)
     other = GpuBaton("k1", "0", NODE)  # another actor of the run on the same GPU
-    other.mark_tight()
+    assert other.out_of_memory(0) == 1
     guard.after_window()
     guard.after_window()
     assert (cuda.emptied, guard.gave_back) == (2, 2)
@@ -98,7 +102,7 @@ def test_on_a_tight_gpu_every_window_gives_its_cache_back(
 
 def test_a_process_that_never_used_the_gpu_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     guard = _guarded(monkeypatch, None)
-    guard.baton.mark_tight()
+    guard.baton.out_of_memory(0)
     guard.after_window()
     assert guard.gave_back == 0
     guard.baton.close()
@@ -107,15 +111,20 @@ def test_a_process_that_never_used_the_gpu_does_nothing(monkeypatch: pytest.Monk
 def test_tight_is_the_gpus_for_the_run_and_stops_the_warm_up() -> None:
     first, second = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     others = [GpuBaton("k1", "1", NODE), GpuBaton("k2", "0", NODE), GpuBaton("k1", "0", "d4e5")]
-    assert not first.tight and not second.tight
-    first.mark_tight()
-    first.mark_tight()  # twice: no error
+    assert not first.tight and not second.tight and second.level == 0
+    assert first.out_of_memory(0) == 1
+    # Another trial that ran out in a call begun before the mark does not go further.
+    assert second.out_of_memory(0) == 1
     later = GpuBaton("k1", "0", NODE)  # an actor started after the mark
-    assert second.tight and later.tight
+    assert second.tight and later.tight and not later.crowded
     assert not any(other.tight for other in others)
     # The first batch of a process on a tight GPU trains in the turn; on the others, beside.
     assert later.claim_warm_up() is False and later.claim_warm_up() is False
     assert [other.claim_warm_up() for other in others] == [True, True, True]
+    # One that ran out on the tight GPU makes it crowded, and no level goes past that.
+    assert later.out_of_memory(1) == 2 and first.crowded and second.level == 2
+    assert first.out_of_memory(2) == 2
+    assert not any(other.tight for other in others)
     for baton in [first, second, later, *others]:
         baton.close()
 
@@ -155,23 +164,79 @@ def test_before_release_runs_in_the_turn_and_the_gpu_is_given_back_after_it() ->
     other.close()
 
 
-class _Failing:
-    """A ``TrialRunner`` stand-in whose step raises ``error``."""
+def test_a_turn_taken_again_by_its_holder_is_one_turn() -> None:
+    # On a crowded GPU a call that holds the turn (a save, a build) may run a step, which
+    # takes it again.
+    mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
+    released: list[bool] = []
+    mine.before_release = lambda: released.append(_free(other))
+    with mine.held():
+        with mine.held():
+            assert not _free(other)
+        assert not _free(other) and released == []  # the inner end gave nothing back
+    assert released == [False] and _free(other)
+    mine.close()
+    other.close()
 
-    error: BaseException = RuntimeError()
+
+@pytest.mark.parametrize("train_ahead", [False, True])
+def test_a_trial_parked_at_the_end_of_every_turn_trains_exactly_as_alone(
+    tmp_path: pathlib.Path, train_ahead: bool
+) -> None:
+    plain = steps.toy_runner(tmp_path, "plain", unit=2)
+    expected = steps.train_to_end(plain)
+    baton = GpuBaton("k1", "0", NODE)
+    baton.out_of_memory(1)  # crowded
+    runner = steps.toy_runner(tmp_path, "crowded", unit=2, train_ahead=train_ahead, turn=baton.held)
+    baton.before_release = runner.park_between_windows  # as the trial actor does
+    got = []
+    while True:
+        result = runner.step()
+        got.append(steps.plain(result))
+        assert runner.parked and runner._ahead is None  # nothing left on the GPU
+        if result.get("done"):
+            break
+    assert got == expected  # the same reports, values and RNG draws
+    runner.unpark()
+    for a, b in zip(steps.weights(plain), steps.weights(runner), strict=True):
+        assert torch.equal(a, b)
+    plain.close()
+    runner.close()
+    baton.close()
+
+
+class _Runner:
+    """A ``TrialRunner`` stand-in noting each call and whether the actor held the GPU's turn
+    in it (``other`` could not take the lock); its step raises ``error`` when set."""
+
+    other: GpuBaton
+    error: BaseException | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.timing: dict[str, float] = {}
+        self.calls = [("build", self.held())]
+
+    def held(self) -> bool:
+        return not _free(self.other)
 
     def prepare(self) -> None:
-        pass
+        self.calls.append(("prepare", self.held()))
 
     def step(self) -> dict[str, Any]:
-        raise self.error
+        self.calls.append(("step", self.held()))
+        if self.error is not None:
+            raise self.error
+        return {"done": False}
+
+    def park_between_windows(self) -> None:
+        self.calls.append(("park", self.held()))
 
 
-def _standby_trainable(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> Any:
-    # A trial actor on a worker given one GPU (faked: a CPU test has none), with standby on.
+def _standby_trainable(
+    monkeypatch: pytest.MonkeyPatch, level: int, error: BaseException | None = None
+) -> Any:
+    # A trial actor on a worker given one GPU (faked: a CPU test has none), with standby on,
+    # its GPU at memory ``level``; ``_Runner.other`` is another actor's baton on that GPU.
     import ray
 
     from searchlab.experiment import _trainable
@@ -179,8 +244,13 @@ def _standby_trainable(monkeypatch: pytest.MonkeyPatch, error: BaseException) ->
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
     config = load_experiment_config(toy_config("memory"), model_dir=str(TOY_MODEL_DIR))
     spec = ExperimentSpec.from_config(config, "memory")
-    monkeypatch.setattr(_Failing, "error", error)
-    monkeypatch.setattr(_trainable, "TrialRunner", _Failing)
+    assert spec.standby_key is not None
+    other = GpuBaton(spec.standby_key, "0", NODE)
+    if level:
+        other.out_of_memory(level - 1)
+    monkeypatch.setattr(_Runner, "other", other, raising=False)
+    monkeypatch.setattr(_Runner, "error", error)
+    monkeypatch.setattr(_trainable, "TrialRunner", _Runner)
     monkeypatch.setattr(_trainable, "shipped_model_dir", lambda spec: str(TOY_MODEL_DIR))
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
     monkeypatch.setattr(
@@ -192,29 +262,65 @@ def _standby_trainable(monkeypatch: pytest.MonkeyPatch, error: BaseException) ->
     return trainable
 
 
-def test_a_trial_out_of_gpu_memory_marks_its_gpu_tight_and_fails_for_tune_to_retry(
+def _close(trainable: Any) -> None:
+    trainable._baton.close()
+    _Runner.other.close()
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_below_crowded_an_actor_builds_and_prepares_beside_the_holder(
+    monkeypatch: pytest.MonkeyPatch, level: int
+) -> None:
+    trainable = _standby_trainable(monkeypatch, level)
+    try:
+        trainable.step()
+        # The step's own turn is the runner's (``turn``); the stand-in takes none.
+        assert trainable._runner.calls == [("build", False), ("prepare", False), ("step", False)]
+        with trainable._gpu_work():
+            assert not trainable._runner.held()  # a save or a restore: beside the holder
+    finally:
+        _close(trainable)
+
+
+def test_on_a_crowded_gpu_an_actor_puts_its_trial_there_only_in_its_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    trainable = _standby_trainable(monkeypatch, torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    trainable = _standby_trainable(monkeypatch, level=2)
+    try:
+        runner = trainable._runner
+        # Built in the turn and parked at its end; no loader started beside the holder.
+        assert runner.calls == [("build", True), ("park", True)]
+        trainable.step()
+        assert runner.calls[2:] == [("step", True), ("park", True)]
+        with trainable._gpu_work():  # a save, a restore, the next trial's build
+            assert runner.held()
+        assert runner.calls[4:] == [("park", True)] and not runner.held()
+    finally:
+        _close(trainable)
+
+
+def test_running_out_of_gpu_memory_marks_the_next_level_before_tune_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trainable = _standby_trainable(
+        monkeypatch, level=0, error=torch.cuda.OutOfMemoryError("CUDA out of memory")
+    )
     baton = trainable._baton
     try:
-        assert baton.before_release.__self__.baton is baton  # the guard runs in every turn
-        assert not baton.tight
-        with pytest.raises(torch.cuda.OutOfMemoryError):
-            trainable.step()
-        assert baton.tight
-        neighbour = GpuBaton(trainable._spec.standby_key, "0", NODE)
-        assert neighbour.tight  # what the GPU's other actors see
-        neighbour.close()
+        assert baton.before_release == trainable._before_release  # the rules run every turn
+        for level in (1, 2, 2):
+            with pytest.raises(torch.cuda.OutOfMemoryError):
+                trainable.step()
+            assert baton.level == level and _Runner.other.level == level  # seen by all
     finally:
-        baton.close()
+        _close(trainable)
 
 
 def test_another_error_leaves_the_gpu_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
-    trainable = _standby_trainable(monkeypatch, RuntimeError("a bug in train_batch"))
+    trainable = _standby_trainable(monkeypatch, level=0, error=RuntimeError("in train_batch"))
     try:
         with pytest.raises(RuntimeError, match="train_batch"):
             trainable.step()
-        assert not trainable._baton.tight
+        assert trainable._baton.level == 0
     finally:
-        trainable._baton.close()
+        _close(trainable)
