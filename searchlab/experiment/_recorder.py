@@ -39,6 +39,7 @@ from searchlab.experiment._records import (
     new_record,
     public,
     relative_to,
+    retry_line,
     trial_error_text,
 )
 from searchlab.experiment._retention import (
@@ -232,7 +233,7 @@ class TrialRecorder(Callback):
         rec = self._record(trial)
         rec["restarts"] += 1
         self._dirty = True
-        self._say(trial, f"failed; retry {rec['restarts']} from its latest checkpoint")
+        self._say(trial, retry_line(trial_error_text(trial), rec["restarts"], self._spec))
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         if self._restored:

@@ -37,6 +37,7 @@ __all__ = [
     "new_record",
     "public",
     "relative_to",
+    "retry_line",
     "trial_error_text",
 ]
 
@@ -179,6 +180,20 @@ def error_line(error_text: str, spec: ExperimentSpec) -> str:
     it ran out of memory on a shared one (``gpu_sharing_hint``)."""
     lines = error_text.strip().splitlines()
     return (lines[-1] if lines else "unknown error") + gpu_sharing_hint(error_text, spec)
+
+
+def retry_line(error_text: str, restarts: int, spec: ExperimentSpec) -> str:
+    """A failed trial's line as Tune retries it: its traceback's last line, and for one that
+    ran out of GPU memory beside standby's other trials, what its GPU does about it now."""
+    lines = error_text.strip().splitlines()
+    line = f"failed; retry {restarts} from its latest checkpoint: "
+    line += lines[-1] if lines else "unknown error"
+    if _CUDA_OOM in error_text and spec.standby:
+        line += (
+            " (beside standby's other trials: their GPU now gives memory back after every "
+            "window, and parks trials between turns if that is not enough)"
+        )
+    return line
 
 
 def gpu_sharing_hint(error_text: str, spec: ExperimentSpec) -> str:

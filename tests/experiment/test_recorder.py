@@ -16,7 +16,7 @@ import pytest
 from searchlab.experiment import _recorder
 from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._recorder import TrialRecorder
-from searchlab.experiment._records import error_line, gpu_sharing_hint
+from searchlab.experiment._records import error_line, gpu_sharing_hint, retry_line
 from searchlab.experiment._spec import ExperimentSpec
 
 SPEC = ExperimentSpec(
@@ -224,3 +224,29 @@ def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathli
         "run the search as a new experiment without SEARCHLAB_STANDBY, or with a smaller value)"
     )
     assert "2 trial actors share each GPU with SEARCHLAB_STANDBY=1" in line
+
+
+def test_a_retried_trial_s_line_says_why_it_failed(tmp_path: pathlib.Path) -> None:
+    lines: list[str] = []
+    control = types.SimpleNamespace(
+        restore_failed=False, interrupted=False, disk_full=set(), fatal=False
+    )
+    standby = dataclasses.replace(SPEC, standby_key="k1", standby_ready=2)
+    recorder = TrialRecorder(standby, tmp_path, echo=lines.append, control=control)
+    a = _trial("a", 0.1)
+    recorder.on_step_end(0, [a])
+    (tmp_path / "error.txt").write_text(_OOM)
+    a.error_file = str(tmp_path / "error.txt")
+    recorder.on_trial_recover(1, [a], a)
+    (line,) = [line for line in lines if "failed" in line]
+    assert "trial a failed; retry 1 from its latest checkpoint: torch.OutOfMemoryError" in line
+    assert line.endswith("parks trials between turns if that is not enough)")
+    # Another error, or a GPU not shared by standby: the cause alone.
+    other = "Traceback ...\nValueError: bad lr\n"
+    assert retry_line(other, 2, standby) == (
+        "failed; retry 2 from its latest checkpoint: ValueError: bad lr"
+    )
+    assert retry_line(_OOM, 1, SPEC).endswith(
+        "GPU 0 has a total capacity of 79.10 GiB of which 1.19 GiB is free."
+    )
+    assert retry_line("", 1, SPEC).endswith("checkpoint: unknown error")
