@@ -64,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import math
 import os
 import pathlib
@@ -76,7 +77,16 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["COURTESY_S", "GpuBaton", "MemoryGuard", "baton_dir", "remove_baton_dir"]
+__all__ = [
+    "COURTESY_S",
+    "GpuBaton",
+    "MemoryGuard",
+    "baton_dir",
+    "is_out_of_memory",
+    "remove_baton_dir",
+]
+
+logger = logging.getLogger("searchlab")
 
 # How long a process that just gave the GPU back waits before it asks again (``held``).
 COURTESY_S = 0.002
@@ -134,8 +144,9 @@ class GpuBaton:
         # The GPU's memory level for the run (see the module's doc), one file per level.
         self._level_paths = [self.path.with_suffix(".tight"), self.path.with_suffix(".crowded")]
         self._level = 0
-        # Called in the turn, right before the GPU is given back (``MemoryGuard.after_window``).
-        self.before_release: Callable[[], None] | None = None
+        # Called in the turn, right before the GPU is given back, with whether the turn's work
+        # raised (the trial actor's memory rules).
+        self.before_release: Callable[[bool], None] | None = None
         self._fd: int | None = os.open(
             self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
@@ -179,13 +190,21 @@ class GpuBaton:
             if wait > 0:
                 time.sleep(wait)
             fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits without the GIL
-            self._depth = 1
+            self._depth, failed = 1, False
             try:
                 yield
+            except BaseException:
+                failed = True
+                raise
             finally:
                 try:
                     if self.before_release is not None:
-                        self.before_release()
+                        self.before_release(failed)
+                except Exception:
+                    if not failed:
+                        raise
+                    # The turn's own error (out of memory, say) is the one its caller sees.
+                    logger.warning("freeing GPU memory after a failed turn failed", exc_info=True)
                 finally:
                     self._depth = 0
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -234,7 +253,7 @@ class GpuBaton:
 class MemoryGuard:
     """What a standby actor does about GPU memory at the end of each window it trains."""
 
-    # Room kept for another window like this one's: its growth, a quarter more, 256 MiB.
+    # Room kept for another window like this one's: its cached bytes, a quarter more, 256 MiB.
     MARGIN = 1.25
     SPARE_BYTES = 256 << 20
 
@@ -244,8 +263,8 @@ class MemoryGuard:
 
     def after_window(self) -> None:
         """Give the allocator's cached blocks back, still in the turn, when the GPU is tight or
-        its free memory could not hold the growth of a window like this process's last one
-        (its peak over what stays allocated between windows)."""
+        its free memory could not hold another window like this process's last one: as many
+        bytes as its allocator keeps cached now (blocks a window used and freed)."""
         import torch
 
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
@@ -258,5 +277,18 @@ class MemoryGuard:
     def room_for_another_window(cls, cuda: Any) -> bool:
         """``cuda``: ``torch.cuda`` (or a stand-in with its memory functions)."""
         free, _total = cuda.mem_get_info()
-        growth = cuda.max_memory_reserved() - cuda.memory_allocated()
-        return bool(free >= growth * cls.MARGIN + cls.SPARE_BYTES)
+        cached = cuda.memory_reserved() - cuda.memory_allocated()
+        return bool(free >= cached * cls.MARGIN + cls.SPARE_BYTES)
+
+
+# What CUDA's libraries raise when their own allocations fail (torch raises RuntimeError).
+_ALLOCATION_FAILED = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "out of memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the GPU ran out of memory (torch's own error or a library's)."""
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _ALLOCATION_FAILED)

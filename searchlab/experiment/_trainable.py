@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow.fs
 import ray
-import torch
 from ray import tune
 
 from searchlab._failpoints import failpoint
@@ -31,7 +30,7 @@ from searchlab.experiment._compat import checkpoint_path_of, with_checkpoint_pat
 from searchlab.experiment._idle import IdleRelease, free_accelerator_memory
 from searchlab.experiment._protocol import CHECKPOINT_LENGTH_KEY
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._standby import GpuBaton, MemoryGuard
+from searchlab.experiment._standby import GpuBaton, MemoryGuard, is_out_of_memory
 from searchlab.experiment._trial_files import (
     checkpoint_rung_length,
     earlier_checkpoints,
@@ -137,18 +136,25 @@ class SearchlabTrainable(tune.Trainable):
             return
         seen = self._baton.level
         try:
+            if seen >= 2 and self._runner is not None:
+                self._runner.settle()  # a window trained ahead takes the turn itself: first
             with self._baton.held() if seen >= 2 else contextlib.nullcontext():
                 yield
-        except torch.cuda.OutOfMemoryError:
-            self._baton.out_of_memory(seen)
+        except RuntimeError as exc:  # torch.cuda.OutOfMemoryError included
+            if is_out_of_memory(exc):
+                self._baton.out_of_memory(seen)
             raise
 
-    def _before_release(self) -> None:
-        """Standby: the end of each turn of this actor on the GPU."""
+    def _before_release(self, failed: bool) -> None:
+        """Standby: the end of each turn of this actor on the GPU (``failed``: its work
+        raised, and Tune will end the actor)."""
         assert self._baton is not None
-        if self._baton.crowded and self._runner is not None:
+        if self._baton.crowded and self._runner is not None and not failed:
             self._runner.park_between_windows()
-        self._memory.after_window()
+            # The closed trial's objects hold each other: collect them, then give back.
+            free_accelerator_memory()
+        else:
+            self._memory.after_window()
 
     def _build(self, config: dict[str, Any]) -> None:
         began = time.perf_counter()

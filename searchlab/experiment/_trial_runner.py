@@ -13,6 +13,7 @@ import io
 import logging
 import math
 import os
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,6 +41,7 @@ logger = logging.getLogger("searchlab")
 # In a checkpoint's state: results trained ahead (see ``TrialRunner.step``) that Tune had not
 # received when it saved; a resumed trial hands them out first.
 _PENDING_KEY = TrialState.key("pending_results")
+_AHEAD = "searchlab-train-ahead"  # the name of the thread that trains a window ahead
 
 
 class TrialRunner:
@@ -167,11 +169,11 @@ class TrialRunner:
         self._close_loop()
 
     def park_between_windows(self) -> None:
-        """Park at a window's end, in the GPU's turn (standby on a GPU where memory ran out
-        beside the other trials): no window trains ahead from now on, and each rebuilds the
-        trial in its turn. A window trained ahead that nobody has taken yet is not parked."""
+        """Park at a turn's end on a crowded GPU (``_standby``'s memory rules); no window
+        trains ahead from now on. Not in the thread training ahead: whoever takes its
+        window parks at the end of its own turn."""
         self._train_ahead = False
-        if self._ahead is None:
+        if self._ahead is None and not threading.current_thread().name.startswith(_AHEAD):
             self.park()
 
     def unpark(self) -> None:
@@ -229,9 +231,7 @@ class TrialRunner:
         self._last_rung_end = TrialReport.of(result).rung is not None and not result.get("done")
         if self._may_train_ahead(result):
             if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="searchlab-train-ahead"
-                )
+                self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=_AHEAD)
             self._ahead = self._executor.submit(_on_this_device(), self._step_in_turn)
         if self._warnings or self.timing:
             report = TrialReport.of(result).merged(
@@ -354,10 +354,10 @@ class TrialRunner:
 
     def state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """The checkpoint state and metadata at this batch boundary (None without a trial)."""
+        self.settle()
         self.unpark()
         if self.loop is None:
             return None
-        self.settle()
         self._saved_state = self._with_pending(self.loop.state_dict())
         return self._saved_state, self.loop.metadata()
 

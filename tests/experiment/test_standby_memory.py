@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import pathlib
+import threading
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from toy_experiment import TOY_MODEL_DIR, toy_config
 from searchlab.config import load_experiment_config
 from searchlab.experiment._spec import ExperimentSpec
 from searchlab.experiment._standby import GpuBaton, MemoryGuard
+from searchlab.experiment._trial_runner import TrialRunner
 
 NODE = "a1b2c3"
 GIB = 1 << 30
@@ -38,15 +40,15 @@ def _private_tmp(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Non
 class FakeCuda:
     """``torch.cuda``'s memory functions for one GPU, in bytes."""
 
-    def __init__(self, free: int, peak: int, allocated: int) -> None:
-        self.free, self.peak, self.allocated = free, peak, allocated
+    def __init__(self, free: int, reserved: int, allocated: int) -> None:
+        self.free, self.reserved, self.allocated = free, reserved, allocated
         self.emptied = 0
 
     def mem_get_info(self) -> tuple[int, int]:
         return self.free, 80 * GIB
 
-    def max_memory_reserved(self) -> int:
-        return self.peak
+    def memory_reserved(self) -> int:
+        return self.reserved
 
     def memory_allocated(self) -> int:
         return self.allocated
@@ -57,17 +59,17 @@ class FakeCuda:
 
 @pytest.mark.parametrize(
     ("free_gib", "room"),
-    # A window grows by 10 GiB (peak 12, 2 kept between windows): room is 12.5 GiB + 256 MiB.
+    # 10 GiB cached after a window (12 reserved, 2 allocated): room is 12.5 GiB + 256 MiB.
     [(60.0, True), (12.8, True), (12.7, False), (4.0, False)],
 )
 def test_room_for_another_window_is_its_growth_with_a_margin(free_gib: float, room: bool) -> None:
-    cuda = FakeCuda(free=int(free_gib * GIB), peak=12 * GIB, allocated=2 * GIB)
+    cuda = FakeCuda(free=int(free_gib * GIB), reserved=12 * GIB, allocated=2 * GIB)
     assert MemoryGuard.room_for_another_window(cuda) is room
 
 
 def _guarded(monkeypatch: pytest.MonkeyPatch, cuda: FakeCuda | None) -> MemoryGuard:
     """A guard whose process sees ``cuda`` as its GPU (None: no GPU in use)."""
-    for name in ("mem_get_info", "max_memory_reserved", "memory_allocated", "empty_cache"):
+    for name in ("mem_get_info", "memory_reserved", "memory_allocated", "empty_cache"):
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name, lambda *a: 0))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda is not None)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda is not None)
@@ -75,7 +77,7 @@ def _guarded(monkeypatch: pytest.MonkeyPatch, cuda: FakeCuda | None) -> MemoryGu
 
 
 def test_a_window_keeps_its_cache_where_the_gpu_has_room(monkeypatch: pytest.MonkeyPatch) -> None:
-    cuda = FakeCuda(free=60 * GIB, peak=12 * GIB, allocated=2 * GIB)
+    cuda = FakeCuda(free=60 * GIB, reserved=12 * GIB, allocated=2 * GIB)
     guard = _guarded(monkeypatch, cuda)
     guard.after_window()
     assert (cuda.emptied, guard.gave_back) == (0, 0)
@@ -89,7 +91,7 @@ def test_a_window_keeps_its_cache_where_the_gpu_has_room(monkeypatch: pytest.Mon
 def test_on_a_tight_gpu_every_window_gives_its_cache_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cuda = FakeCuda(free=60 * GIB, peak=12 * GIB, allocated=2 * GIB)
+    cuda = FakeCuda(free=60 * GIB, reserved=12 * GIB, allocated=2 * GIB)
     guard = _guarded(monkeypatch, cuda)
     other = GpuBaton("k1", "0", NODE)  # another actor of the run on the same GPU
     assert other.out_of_memory(0) == 1
@@ -141,24 +143,28 @@ def _free(baton: GpuBaton) -> bool:
 
 def test_before_release_runs_in_the_turn_and_the_gpu_is_given_back_after_it() -> None:
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
-    seen: list[bool] = []
-    mine.before_release = lambda: seen.append(_free(other))
+    seen: list[tuple[bool, bool]] = []
+    mine.before_release = lambda failed: seen.append((_free(other), failed))
     with mine.held():
         pass
-    assert seen == [False] and _free(other)  # still held while it ran, free after
+    assert seen == [(False, False)] and _free(other)  # still held while it ran, free after
 
     # A window that raised (out of memory, say) still gives its memory, then the GPU, back;
     # the window's error is what the caller sees.
     with pytest.raises(ValueError, match="window"), mine.held():
         raise ValueError("window")
-    assert seen == [False, False] and _free(other)
+    assert seen[1:] == [(False, True)] and _free(other)
 
-    def fails() -> None:
+    def fails(failed: bool) -> None:
         raise OSError("release")
 
     mine.before_release = fails
     with pytest.raises(OSError, match="release"), mine.held():
         pass
+    assert _free(other)
+    # After a window that raised, its own error goes on, not the release's.
+    with pytest.raises(ValueError, match="window"), mine.held():
+        raise ValueError("window")
     assert _free(other)
     mine.close()
     other.close()
@@ -169,7 +175,7 @@ def test_a_turn_taken_again_by_its_holder_is_one_turn() -> None:
     # takes it again.
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     released: list[bool] = []
-    mine.before_release = lambda: released.append(_free(other))
+    mine.before_release = lambda failed: released.append(_free(other))
     with mine.held():
         with mine.held():
             assert not _free(other)
@@ -188,7 +194,7 @@ def test_a_trial_parked_at_the_end_of_every_turn_trains_exactly_as_alone(
     baton = GpuBaton("k1", "0", NODE)
     baton.out_of_memory(1)  # crowded
     runner = steps.toy_runner(tmp_path, "crowded", unit=2, train_ahead=train_ahead, turn=baton.held)
-    baton.before_release = runner.park_between_windows  # as the trial actor does
+    baton.before_release = lambda failed: runner.park_between_windows()  # as the actor does
     got = []
     while True:
         result = runner.step()
@@ -230,6 +236,9 @@ class _Runner:
 
     def park_between_windows(self) -> None:
         self.calls.append(("park", self.held()))
+
+    def settle(self) -> None:
+        self.calls.append(("settle", self.held()))
 
 
 def _standby_trainable(
@@ -290,11 +299,12 @@ def test_on_a_crowded_gpu_an_actor_puts_its_trial_there_only_in_its_turn(
         runner = trainable._runner
         # Built in the turn and parked at its end; no loader started beside the holder.
         assert runner.calls == [("build", True), ("park", True)]
+        # A window trained ahead, if any, is waited for before the turn (it takes it itself).
         trainable.step()
-        assert runner.calls[2:] == [("step", True), ("park", True)]
+        assert runner.calls[2:] == [("settle", False), ("step", True), ("park", True)]
         with trainable._gpu_work():  # a save, a restore, the next trial's build
             assert runner.held()
-        assert runner.calls[4:] == [("park", True)] and not runner.held()
+        assert runner.calls[5:] == [("settle", False), ("park", True)] and not runner.held()
     finally:
         _close(trainable)
 
@@ -324,3 +334,111 @@ def test_another_error_leaves_the_gpu_as_it_was(monkeypatch: pytest.MonkeyPatch)
         assert trainable._baton.level == 0
     finally:
         _close(trainable)
+
+
+def _crowd_while_ahead(runner: TrialRunner, other: GpuBaton) -> None:
+    """Hold the GPU as another actor whose trial ran out of memory on the tight GPU, while
+    ``runner``'s window trained ahead waits for its turn; give the GPU back crowded."""
+    assert runner._ahead is not None and not runner._ahead.done()  # waiting for its turn
+    with other.held():
+        other.out_of_memory(1)
+
+
+@pytest.fixture
+def long_courtesy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process that just gave the GPU back waits a second before it asks again: the thread
+    # training ahead waits, the test's "other actor" (a fresh baton) takes the GPU first.
+    from searchlab.experiment import _standby
+
+    monkeypatch.setattr(_standby, "COURTESY_S", 1.0)
+
+
+def test_a_gpu_crowded_while_a_window_trains_ahead_parks_after_it_exactly(
+    tmp_path: pathlib.Path, long_courtesy: None
+) -> None:
+    # The window trained ahead ends its turn on a crowded GPU: its thread does not park the
+    # trial (a save waiting for it would find no trial); the next turn's end does.
+    plain = steps.toy_runner(tmp_path, "plain", unit=2)
+    expected = steps.train_to_end(plain)
+    mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
+    runner = steps.toy_runner(tmp_path, "ahead", unit=2, train_ahead=True, turn=mine.held)
+    mine.before_release = lambda failed: mine.crowded and runner.park_between_windows()
+    got = [steps.plain(runner.step())]
+    _crowd_while_ahead(runner, other)
+    saved = runner.state()  # a save: waits for the window trained ahead
+    assert saved is not None and not runner.parked
+    while not got[-1].get("done"):
+        got.append(steps.plain(runner.step()))
+        assert runner.parked or len(got) == 2  # the window taken from ahead took no turn
+    assert got == expected
+    runner.unpark()
+    for a, b in zip(steps.weights(plain), steps.weights(runner), strict=True):
+        assert torch.equal(a, b)
+    for each in (plain, runner):
+        each.close()
+    mine.close()
+    other.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_whose_gpu_is_crowded_while_it_trains_ahead_goes_on_exactly(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, long_courtesy: None
+) -> None:
+    # The trial actor with the real runner: its next call on the crowded GPU waits for the
+    # window trained ahead before it takes the turn the window needs. Here the thread training
+    # ahead is held back until the call has begun: taking the turn first, the call would wait
+    # for a window that waits for the call's turn, for ever.
+    import dataclasses
+
+    import ray
+
+    from searchlab.experiment import _trainable, _trial_build
+    from searchlab.experiment._protocol import TrialConfig
+
+    plain = steps.toy_runner(tmp_path, "plain", unit=2)
+    expected = steps.train_to_end(plain)
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "1")
+    monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "1")
+    config = toy_config(
+        "memory",
+        hyperparameters=steps.HPARAMS,
+        searcher={"max_length": {"batches": 12}},
+        scheduling_unit=2,
+    )
+    spec = ExperimentSpec.from_config(
+        load_experiment_config(config, model_dir=str(TOY_MODEL_DIR)), "memory"
+    )
+    assert spec.standby_key is not None and spec.train_ahead
+    spec = dataclasses.replace(spec, model_dir=str(TOY_MODEL_DIR))
+    monkeypatch.setattr(_trainable, "shipped_model_dir", lambda spec: str(TOY_MODEL_DIR))
+    monkeypatch.setattr(_trial_build, "freeze_imported_objects", lambda: None)
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
+    monkeypatch.setattr(
+        ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda s: NODE})()
+    )
+    trainable = object.__new__(_trainable.SearchlabTrainable)
+    trainable._trial_info, trainable._logdir = None, str(tmp_path / "actor")
+    trial = TrialConfig(steps.HPARAMS, rung_ends=[6, 12], trial_seed=7).to_tune()
+    trainable.setup(trial, experiment=spec)
+    other = GpuBaton(spec.standby_key, "0", NODE)
+    gate = threading.Event()
+
+    def held_back() -> bool:  # asked before a window takes its turn
+        if threading.current_thread().name.startswith("searchlab-train-ahead"):
+            gate.wait(timeout=30)
+        return False  # no warm-up batch beside the holder
+
+    trainable._runner._warm_up = held_back
+    try:
+        got = [steps.plain(trainable.step())]
+        assert trainable._runner._ahead is not None  # held back before its turn
+        other.out_of_memory(1)  # crowded
+        threading.Timer(0.5, gate.set).start()
+        while not got[-1].get("done"):
+            got.append(steps.plain(trainable.step()))
+            assert trainable._runner.parked  # every call on the crowded GPU parks at its end
+        assert got == expected
+    finally:
+        trainable.cleanup()
+        other.close()
+        plain.close()
