@@ -533,7 +533,10 @@ def test_a_search_takes_turns_on_its_gpu(
         waited = (tmp_path / f"standby-{standby}" / "waited").read_text()  # the first trial's
         # The actors shared the GPU ...
         assert len(windows) == actors and min(windows.values()) >= 4, (standby, waited)
-        assert _overlaps(spans) == 0  # ... and never trained at the same time
+        # ... and never trained at the same time, but for each process's first batch, which
+        # trains beside the holder (standby's warm-up, SEARCHLAB_STANDBY_WARM_UP).
+        first = {pid: (a, b, pid) for a, b, pid in reversed(spans)}
+        assert _overlaps([span for span in spans if span not in first.values()]) == 0
         switches = sum(1 for a, b in itertools.pairwise(spans) if a[2] != b[2])
         assert switches >= 2 * actors  # they took turns, not one after the other
         # Each trial's training is its own: every trial's first validation (before any
