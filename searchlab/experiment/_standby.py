@@ -50,7 +50,10 @@ beside the others, each a step further than the last:
    exact like any park), so the GPU holds one trial and the actors' CUDA contexts.
 
 Where memory is plentiful no rule does anything; on a crowded GPU standby is slower than
-no standby, but no trial that fits alone fails.
+no standby, but no trial that fits alone fails. A parked trial is rebuilt for its next turn,
+so on a crowded GPU the trial's lifecycle callbacks (``on_trial_startup``/``_shutdown``)
+and its loader's workers start and end at every turn; the numbers it trains are the same.
+A level is the run's on that GPU: a resumed run starts again at the first rule.
 
 The lock is ``flock`` on a file of the node (one per GPU and run, in a directory of the
 temporary folder only this user can enter): the kernel hands it over at once and frees it
