@@ -204,13 +204,18 @@ def test_a_trial_out_of_gpu_memory_on_a_shared_gpu_is_told_what_shares_it() -> N
     assert error_line("", SPEC) == "unknown error"
 
 
-def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathlib.Path) -> None:
-    lines: list[str] = []
+def _echoing_recorder(spec: Any, tmp_path: pathlib.Path, lines: list[str]) -> TrialRecorder:
+    """A recorder of a run that is going on, its lines appended to ``lines``."""
     control = types.SimpleNamespace(
         restore_failed=False, interrupted=False, disk_full=set(), fatal=False
     )
+    return TrialRecorder(spec, tmp_path, echo=lines.append, control=control)
+
+
+def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathlib.Path) -> None:
+    lines: list[str] = []
     spec = dataclasses.replace(SPEC, standby_key="k1", standby_ready=1)
-    recorder = TrialRecorder(spec, tmp_path, echo=lines.append, control=control)
+    recorder = _echoing_recorder(spec, tmp_path, lines)
     a = _trial("a", 0.1)
     (tmp_path / "error.txt").write_text(_OOM)
     a.error_file = str(tmp_path / "error.txt")
@@ -228,11 +233,8 @@ def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathli
 
 def test_a_retried_trial_s_line_says_why_it_failed(tmp_path: pathlib.Path) -> None:
     lines: list[str] = []
-    control = types.SimpleNamespace(
-        restore_failed=False, interrupted=False, disk_full=set(), fatal=False
-    )
     standby = dataclasses.replace(SPEC, standby_key="k1", standby_ready=2)
-    recorder = TrialRecorder(standby, tmp_path, echo=lines.append, control=control)
+    recorder = _echoing_recorder(standby, tmp_path, lines)
     a = _trial("a", 0.1)
     recorder.on_step_end(0, [a])
     (tmp_path / "error.txt").write_text(_OOM)

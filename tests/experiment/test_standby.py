@@ -8,7 +8,6 @@ GPU (the trials train on the CPU): two actors take turns, never training at the 
 from __future__ import annotations
 
 import collections
-import fcntl
 import itertools
 import os
 import pathlib
@@ -23,6 +22,7 @@ import time
 from typing import Any
 
 import pytest
+from runner_steps import gpu_is_free
 
 from searchlab.config import load_experiment_config
 from searchlab.errors import ConfigError
@@ -99,24 +99,13 @@ def test_three_holders_take_turns() -> None:
     assert _overlaps(_spans(hold=False, workers=3, rounds=2)) > 0
 
 
-def _free(baton: GpuBaton) -> bool:
-    """Whether ``baton``'s GPU is free now (probed without waiting)."""
-    assert baton._fd is not None
-    try:
-        fcntl.flock(baton._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    fcntl.flock(baton._fd, fcntl.LOCK_UN)
-    return True
-
-
 def test_other_gpus_and_runs_do_not_wait() -> None:
     held, same = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     others = [GpuBaton("k1", "1", NODE), GpuBaton("k2", "0", NODE), GpuBaton("k1", "0", "d4e5")]
     with held.held():
-        assert not _free(same)  # the probe can tell a held GPU
-        assert all(_free(other) for other in others)
-    assert _free(same)
+        assert not gpu_is_free(same)  # the probe can tell a held GPU
+        assert all(gpu_is_free(other) for other in others)
+    assert gpu_is_free(same)
     for baton in [held, same, *others]:
         baton.close()
     with pytest.raises(RuntimeError, match="closed"), held.held():

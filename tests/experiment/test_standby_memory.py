@@ -13,7 +13,6 @@ as one never parked.
 
 from __future__ import annotations
 
-import fcntl
 import pathlib
 import threading
 from typing import Any
@@ -131,29 +130,21 @@ def test_tight_is_the_gpus_for_the_run_and_stops_the_warm_up() -> None:
         baton.close()
 
 
-def _free(baton: GpuBaton) -> bool:
-    assert baton._fd is not None
-    try:
-        fcntl.flock(baton._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    fcntl.flock(baton._fd, fcntl.LOCK_UN)
-    return True
-
-
 def test_before_release_runs_in_the_turn_and_the_gpu_is_given_back_after_it() -> None:
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     seen: list[tuple[bool, bool]] = []
-    mine.before_release = lambda failed: seen.append((_free(other), failed))
+    mine.before_release = lambda failed: seen.append((steps.gpu_is_free(other), failed))
     with mine.held():
         pass
-    assert seen == [(False, False)] and _free(other)  # still held while it ran, free after
+    assert seen == [(False, False)] and steps.gpu_is_free(
+        other
+    )  # still held while it ran, free after
 
     # A window that raised (out of memory, say) still gives its memory, then the GPU, back;
     # the window's error is what the caller sees.
     with pytest.raises(ValueError, match="window"), mine.held():
         raise ValueError("window")
-    assert seen[1:] == [(False, True)] and _free(other)
+    assert seen[1:] == [(False, True)] and steps.gpu_is_free(other)
 
     def fails(failed: bool) -> None:
         raise OSError("release")
@@ -161,11 +152,11 @@ def test_before_release_runs_in_the_turn_and_the_gpu_is_given_back_after_it() ->
     mine.before_release = fails
     with pytest.raises(OSError, match="release"), mine.held():
         pass
-    assert _free(other)
+    assert steps.gpu_is_free(other)
     # After a window that raised, its own error goes on, not the release's.
     with pytest.raises(ValueError, match="window"), mine.held():
         raise ValueError("window")
-    assert _free(other)
+    assert steps.gpu_is_free(other)
     mine.close()
     other.close()
 
@@ -175,12 +166,12 @@ def test_a_turn_taken_again_by_its_holder_is_one_turn() -> None:
     # takes it again.
     mine, other = GpuBaton("k1", "0", NODE), GpuBaton("k1", "0", NODE)
     released: list[bool] = []
-    mine.before_release = lambda failed: released.append(_free(other))
+    mine.before_release = lambda failed: released.append(steps.gpu_is_free(other))
     with mine.held():
         with mine.held():
-            assert not _free(other)
-        assert not _free(other) and released == []  # the inner end gave nothing back
-    assert released == [False] and _free(other)
+            assert not steps.gpu_is_free(other)
+        assert not steps.gpu_is_free(other) and released == []  # the inner end gave nothing back
+    assert released == [False] and steps.gpu_is_free(other)
     mine.close()
     other.close()
 
@@ -223,7 +214,7 @@ class _Runner:
         self.calls = [("build", self.held())]
 
     def held(self) -> bool:
-        return not _free(self.other)
+        return not steps.gpu_is_free(self.other)
 
     def prepare(self) -> None:
         self.calls.append(("prepare", self.held()))
@@ -246,7 +237,6 @@ def _standby_trainable(
 ) -> Any:
     # A trial actor on a worker given one GPU (faked: a CPU test has none), with standby on,
     # its GPU at memory ``level``; ``_Runner.other`` is another actor's baton on that GPU.
-    import ray
 
     from searchlab.experiment import _trainable
 
@@ -260,15 +250,7 @@ def _standby_trainable(
     monkeypatch.setattr(_Runner, "other", other, raising=False)
     monkeypatch.setattr(_Runner, "error", error)
     monkeypatch.setattr(_trainable, "TrialRunner", _Runner)
-    monkeypatch.setattr(_trainable, "shipped_model_dir", lambda spec: str(TOY_MODEL_DIR))
-    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
-    monkeypatch.setattr(
-        ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda s: NODE})()
-    )
-    trainable = object.__new__(_trainable.SearchlabTrainable)
-    trainable._trial_info, trainable._logdir = None, "unused"
-    trainable.setup({"lr": 0.1}, experiment=spec)
-    return trainable
+    return steps.standby_actor(monkeypatch, spec, {"lr": 0.1}, node=NODE, logdir="unused")
 
 
 def _close(trainable: Any) -> None:
@@ -390,9 +372,7 @@ def test_an_actor_whose_gpu_is_crowded_while_it_trains_ahead_goes_on_exactly(
     # for a window that waits for the call's turn, for ever.
     import dataclasses
 
-    import ray
-
-    from searchlab.experiment import _trainable, _trial_build
+    from searchlab.experiment import _trial_build
     from searchlab.experiment._protocol import TrialConfig
 
     plain = steps.toy_runner(tmp_path, "plain", unit=2)
@@ -410,16 +390,11 @@ def test_an_actor_whose_gpu_is_crowded_while_it_trains_ahead_goes_on_exactly(
     )
     assert spec.standby_key is not None and spec.train_ahead
     spec = dataclasses.replace(spec, model_dir=str(TOY_MODEL_DIR))
-    monkeypatch.setattr(_trainable, "shipped_model_dir", lambda spec: str(TOY_MODEL_DIR))
     monkeypatch.setattr(_trial_build, "freeze_imported_objects", lambda: None)
-    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
-    monkeypatch.setattr(
-        ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda s: NODE})()
-    )
-    trainable = object.__new__(_trainable.SearchlabTrainable)
-    trainable._trial_info, trainable._logdir = None, str(tmp_path / "actor")
     trial = TrialConfig(steps.HPARAMS, rung_ends=[6, 12], trial_seed=7).to_tune()
-    trainable.setup(trial, experiment=spec)
+    trainable = steps.standby_actor(
+        monkeypatch, spec, trial, node=NODE, logdir=str(tmp_path / "actor")
+    )
     other = GpuBaton(spec.standby_key, "0", NODE)
     gate = threading.Event()
 

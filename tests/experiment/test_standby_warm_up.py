@@ -172,7 +172,6 @@ def test_a_standby_trial_actor_gives_its_runner_the_warm_up_unless_turned_off(
     # The trainable's wiring, on a worker given one GPU (faked: a CPU test has none): the
     # runner takes the GPU's turn from the baton, and its warm-up claim unless the driver
     # set SEARCHLAB_STANDBY_WARM_UP=0.
-    import ray
 
     from searchlab.experiment import _trainable
 
@@ -189,14 +188,7 @@ def test_a_standby_trial_actor_gives_its_runner_the_warm_up_unless_turned_off(
             self.timing: dict[str, float] = {}
 
     monkeypatch.setattr(_trainable, "TrialRunner", Built)
-    monkeypatch.setattr(_trainable, "shipped_model_dir", lambda spec: str(TOY_MODEL_DIR))
-    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
-    monkeypatch.setattr(
-        ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda s: NODE})()
-    )
-    trainable = object.__new__(_trainable.SearchlabTrainable)
-    trainable._trial_info, trainable._logdir = None, "unused"
-    trainable.setup({"lr": 0.1}, experiment=spec)
+    trainable = steps.standby_actor(monkeypatch, spec, {"lr": 0.1}, node=NODE, logdir="unused")
     try:
         assert trainable._baton is not None
         (kwargs,) = built
