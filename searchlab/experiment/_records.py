@@ -23,6 +23,7 @@ from searchlab.errors import ConfigError
 from searchlab.experiment._protocol import TrialConfig
 from searchlab.experiment._retention import inside
 from searchlab.experiment._spec import ExperimentSpec
+from searchlab.experiment._standby import says_out_of_memory
 
 __all__ = [
     "FINISHED",
@@ -159,7 +160,6 @@ def holds_state(directory: pathlib.Path) -> bool:
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _DISK_FULL = f"[Errno {errno.ENOSPC}]"
-_CUDA_OOM = "CUDA out of memory"  # torch.OutOfMemoryError's message, any torch since 1.x
 
 
 def trial_error_text(trial: Any) -> str:
@@ -188,7 +188,7 @@ def retry_line(error_text: str, restarts: int, spec: ExperimentSpec) -> str:
     lines = error_text.strip().splitlines()
     line = f"failed; retry {restarts} from its latest checkpoint: "
     line += lines[-1] if lines else "unknown error"
-    if _CUDA_OOM in error_text and spec.standby:
+    if says_out_of_memory(error_text) and spec.standby:
         line += (
             " (beside standby's other trials: their GPU now gives memory back after every "
             "window, and parks trials between turns if that is not enough)"
@@ -203,7 +203,7 @@ def gpu_sharing_hint(error_text: str, spec: ExperimentSpec) -> str:
     A trial that fits a GPU alone can fail beside others: standby keeps every actor's model,
     CUDA context and allocator cache on the GPU, and ``gpus_per_trial`` below 1 packs trials.
     """
-    if _CUDA_OOM not in error_text:
+    if not says_out_of_memory(error_text):
         return ""
     if spec.standby:
         return (

@@ -87,6 +87,7 @@ __all__ = [
     "baton_dir",
     "is_out_of_memory",
     "remove_baton_dir",
+    "says_out_of_memory",
 ]
 
 logger = logging.getLogger("searchlab")
@@ -284,8 +285,14 @@ class MemoryGuard:
         return bool(free >= cached * cls.MARGIN + cls.SPARE_BYTES)
 
 
-# What CUDA's libraries raise when their own allocations fail (torch raises RuntimeError).
-_ALLOCATION_FAILED = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "out of memory")
+# What torch ("CUDA out of memory") and CUDA's libraries (as RuntimeError) say when a GPU
+# allocation fails.
+_ALLOCATION_FAILED = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def says_out_of_memory(text: str) -> bool:
+    """Whether an error's text (a traceback, say) tells of a GPU allocation that failed."""
+    return any(marker in text for marker in _ALLOCATION_FAILED)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -294,4 +301,4 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _ALLOCATION_FAILED)
+    return isinstance(exc, RuntimeError) and says_out_of_memory(str(exc))

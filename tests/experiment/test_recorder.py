@@ -200,6 +200,10 @@ def test_a_trial_out_of_gpu_memory_on_a_shared_gpu_is_told_what_shares_it() -> N
     whole = dataclasses.replace(SPEC, exp_conf={"resources": {"gpus_per_trial": 1}})
     assert gpu_sharing_hint(_OOM, whole) == ""
     assert gpu_sharing_hint("ValueError: bad lr\n", standby) == ""
+    assert gpu_sharing_hint("Traceback ...\nMemoryError\n", standby) == ""  # the host's
+    # A library's allocation on the GPU that failed is the same trouble.
+    cublas = "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate\n"
+    assert gpu_sharing_hint(cublas, standby) == hint
     assert error_line("Traceback ...\nValueError: bad lr\n", standby) == "ValueError: bad lr"
     assert error_line("", SPEC) == "unknown error"
 
@@ -252,3 +256,5 @@ def test_a_retried_trial_s_line_says_why_it_failed(tmp_path: pathlib.Path) -> No
         "GPU 0 has a total capacity of 79.10 GiB of which 1.19 GiB is free."
     )
     assert retry_line("", 1, SPEC).endswith("checkpoint: unknown error")
+    cudnn = "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED\n"
+    assert retry_line(cudnn, 1, standby).endswith("if that is not enough)")

@@ -24,7 +24,7 @@ from toy_experiment import TOY_MODEL_DIR, toy_config
 
 from searchlab.config import load_experiment_config
 from searchlab.experiment._spec import ExperimentSpec
-from searchlab.experiment._standby import GpuBaton, MemoryGuard
+from searchlab.experiment._standby import GpuBaton, MemoryGuard, is_out_of_memory
 from searchlab.experiment._trial_runner import TrialRunner
 
 NODE = "a1b2c3"
@@ -306,6 +306,20 @@ def test_running_out_of_gpu_memory_marks_the_next_level_before_tune_retries(
             assert baton.level == level and _Runner.other.level == level  # seen by all
     finally:
         _close(trainable)
+
+
+@pytest.mark.parametrize(
+    ("error", "counts"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"), True),
+        (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), True),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+        (MemoryError(), False),  # the host's memory: not the GPU's to fix
+    ],
+)
+def test_what_counts_as_the_gpu_out_of_memory(error: BaseException, counts: bool) -> None:
+    assert is_out_of_memory(error) is counts
 
 
 def test_another_error_leaves_the_gpu_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
