@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,7 +21,16 @@ class PyTorchExperimentalContext:
     """
 
     def __init__(self, parent: PyTorchTrialContext) -> None:
-        self._parent = parent
+        # Weak: a cycle with its context would keep a closed trial's model and optimizer
+        # (on the GPU) alive until the next garbage collection, beside the next trial.
+        self._parent_ref = weakref.ref(parent)
+
+    @property
+    def _parent(self) -> PyTorchTrialContext:
+        parent = self._parent_ref()
+        if parent is None:
+            raise RuntimeError("context.experimental was used after its trial's context ended")
+        return parent
 
     def use_amp(self) -> None:
         """Automatic mixed precision: autocast around ``train_batch``/``evaluate_batch``.

@@ -206,3 +206,30 @@ def test_trainer_logs_metrics_to_tensorboard_when_enabled(tmp_path) -> None:
     assert b"Determined/loss" in data and b"Determined/validation_loss" in data
     train(tmp_path / "off", hp, max_length=Batch(2))
     assert not (tmp_path / "off" / "tensorboard").exists()
+
+
+def test_a_closed_trial_frees_its_model_and_optimizer_without_a_garbage_collection(
+    tmp_path,
+) -> None:
+    # What a reused actor's next trial and a parked trial rely on: the memory (on a GPU) of
+    # a closed trial goes back at once, not at the next garbage collection.
+    import gc
+    import weakref
+
+    import runner_steps as steps
+
+    runner = steps.toy_runner(tmp_path, "closed", unit=2)
+    runner.step()
+    assert runner.loop is not None
+    context = runner.loop.context
+    experimental = context.experimental
+    refs = [weakref.ref(x) for x in (context, context.models[0], context.optimizers[0])]
+    del context
+    gc.disable()
+    try:
+        runner.close()
+        assert [ref() for ref in refs] == [None, None, None]
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError, match="used after its trial's context ended"):
+        experimental.use_amp()
