@@ -13,7 +13,12 @@ as one never parked.
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import shutil
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -431,3 +436,143 @@ def test_an_actor_whose_gpu_is_crowded_while_it_trains_ahead_goes_on_exactly(
         trainable.cleanup()
         other.close()
         plain.close()
+
+
+# A trial that "holds GPU memory" from its build until the garbage collector frees it: a file
+# per live trial object, named by its process (a killed process frees its memory). A batch
+# trained while more trials than ``capacity`` are held raises torch's out-of-memory error.
+# The search's first batch waits (at most a minute) until every actor holds a trial: the
+# trials are too quick to overlap otherwise.
+CROWDING_TRIAL = """
+import os, pathlib, time, uuid, weakref
+import torch
+from asha_trial import AshaTrial
+
+
+def _held(folder):
+    count = 0
+    for marker in pathlib.Path(folder).iterdir():
+        try:
+            os.kill(int(marker.name.split("-")[0]), 0)
+        except ProcessLookupError:
+            continue
+        count += 1
+    return count
+
+
+class CrowdingTrial(AshaTrial):
+    def __init__(self, context):
+        super().__init__(context)
+        memory = context.get_hparams()["memory"]
+        marker = pathlib.Path(memory["folder"]) / f"{os.getpid()}-{uuid.uuid4().hex}"
+        marker.touch()
+        weakref.finalize(self, marker.unlink, missing_ok=True)
+
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        memory = self.context.get_hparams()["memory"]
+        try:
+            os.close(os.open(memory["folder"] + ".waited", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            deadline = time.monotonic() + 60
+            while _held(memory["folder"]) < memory["actors"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+        held = _held(memory["folder"])
+        if held > memory["capacity"]:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (simulated: {held} trials)")
+        return super().train_batch(batch, epoch_idx, batch_idx)
+"""
+
+CROWDED_SEARCH = """
+import json, os, pathlib, sys
+import ray
+import searchlab
+from searchlab._ray_env import ray_init_kwargs
+from searchlab.experiment._compat import keep_prestarted_workers
+
+out, standby = pathlib.Path(sys.argv[1]), int(os.environ["SEARCHLAB_STANDBY"])
+(out / "memory").mkdir()
+ray.init(
+    num_cpus=1 + standby, num_gpus=1, _system_config=keep_prestarted_workers(),
+    **ray_init_kwargs(),
+)
+config = {
+    "name": "crowded",
+    "entrypoint": "crowding_trial:CrowdingTrial",
+    "hyperparameters": {
+        "global_batch_size": 4,
+        "lr": {"type": "categorical", "vals": [0.001, 0.01, 0.1, 0.3, 0.5, 1.0]},
+        "memory": {"folder": str(out / "memory"), "capacity": 1, "actors": 1 + standby},
+    },
+    "searcher": {
+        "name": "adaptive_asha", "metric": "validation_loss", "max_trials": 6,
+        "max_length": {"batches": 16}, "mode": "aggressive", "divisor": 2, "max_rungs": 3,
+    },
+    "scheduling_unit": 2,
+    "max_restarts": 20,  # timing decides how many actors run out before the GPU is crowded
+    "reproducibility": {"experiment_seed": 3},
+}
+lines = []
+results = searchlab.run(
+    config, model_dir=sys.argv[2], storage_path=str(out / "runs"), echo=lines.append
+)
+metrics = results.metrics
+first = metrics[(metrics["group"] == "validation") & (metrics["batches"] == 4)]
+json.dump(
+    {
+        "states": sorted(results.trials["state"]),
+        "restarts": int(results.trials["restarts"].sum()),
+        "rung0": sorted(float(v) for v in first["validation_loss"]),
+        "lines": lines,
+    },
+    open(out / "result.json", "w"),
+)
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(2 * 600 + 60)
+def test_a_search_whose_trials_do_not_fit_three_to_a_gpu_completes_exactly(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through Tune's own retries, on a Ray node that declares one GPU (the trials train on
+    the CPU): three actors, room for one trial. Out of memory at level 0, then on the tight
+    GPU, the GPU ends up crowded; every trial completes, and each trains what it trains
+    alone (the first rung's validations are those of a run without standby)."""
+    monkeypatch.setattr("tempfile.tempdir", None)  # the workers' temporary folder
+    root = pathlib.Path(__file__).resolve().parents[2]
+    script = tmp_path / "search.py"
+    script.write_text(CROWDED_SEARCH)
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(root / "tests" / "fixtures" / "asha_model" / "asha_trial.py", model)
+    (model / "crowding_trial.py").write_text(CROWDING_TRIAL)
+    outcome = {}
+    for standby in ("2", "0"):
+        out = tmp_path / f"standby-{standby}"
+        out.mkdir()
+        done = subprocess.run(
+            [sys.executable, str(script), str(out), str(model)],
+            cwd=root,
+            env={**os.environ, "SEARCHLAB_STANDBY": standby},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        outcome[standby] = json.loads((out / "result.json").read_text())
+    crowded, alone = outcome["2"], outcome["0"]
+    assert crowded["states"] == alone["states"] == ["COMPLETED"] * 6
+    # One actor on the GPU, which frees a trial as it closes it: never two trials held.
+    assert alone["restarts"] == 0
+    retries = [line for line in crowded["lines"] if "failed; retry" in line]
+    # Out of memory at least twice: once at level 0 (the GPU marked tight), once on the tight
+    # GPU (marked crowded); each retry's line says what the GPU does now.
+    assert len(retries) >= 2 and crowded["restarts"] == len(retries), crowded["lines"]
+    assert all("CUDA out of memory (simulated" in line for line in retries)
+    assert all(
+        line.endswith("parks trials between turns if that is not enough)") for line in retries
+    )
+    assert crowded["rung0"] == alone["rung0"] and len(alone["rung0"]) == 6
