@@ -381,6 +381,9 @@ class PyTorchTrialContext:
         return self._enable_tensorboard_logging
 
     def close(self) -> None:
+        # The loop's callbacks, which often hold the trial, which holds this context: a cycle
+        # that would keep the closed trial's model on the GPU until a garbage collection.
+        self._callbacks = {}
         if self._tensorboard_writer is not None:
             self._tensorboard_writer.close()
             self._tensorboard_writer = None

@@ -218,9 +218,14 @@ def test_a_closed_trial_frees_its_model_and_optimizer_without_a_garbage_collecti
 
     import runner_steps as steps
 
+    class Holder(pytorch.PyTorchCallback):  # a user's callback that keeps its trial
+        def __init__(self, trial: Any) -> None:
+            self.trial = trial
+
     runner = steps.toy_runner(tmp_path, "closed", unit=2)
     runner.step()
     assert runner.loop is not None
+    runner.loop.callbacks["holder"] = Holder(runner.loop.trial)
     context = runner.loop.context
     experimental = context.experimental
     refs = [weakref.ref(x) for x in (context, context.models[0], context.optimizers[0])]
