@@ -121,8 +121,10 @@ def test_four_trials_at_a_quarter_gpu_each_train_at_the_same_time(ray_session, t
         ({"ballast": 0.4}, "cache"),
         # Trials that each hold 35% from build to end: no cache to give back helps; the GPU
         # must end up crowded, trials built in the turn and parked at its end (rule 3),
-        # after out-of-memory retries.
-        ({"resident": 0.35}, "crowded"),
+        # after out-of-memory retries. Each lasts ~3 s, longer than the other actors take to
+        # start: without the sleep, the six trials ran one after another within 2 s (call
+        # 17A, H200) and never held their memory at once.
+        ({"resident": 0.35, "batch_sleep_s": 0.5}, "crowded"),
     ],
 )
 def test_standby_trials_that_fit_the_gpu_alone_all_complete(
