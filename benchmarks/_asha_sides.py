@@ -338,7 +338,8 @@ def _standby() -> int:
         return 0
     from searchlab.experiment._spec import standby_switch
 
-    return standby_switch()
+    switch = standby_switch()
+    return 2 if isinstance(switch, str) else switch  # auto: 2 where, as here, they fit
 
 
 def _searchlab_with(env: dict[str, str]) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 from searchlab.config import ExperimentConfig, is_command
 from searchlab.errors import ConfigError
 
-__all__ = ["standby_share", "trial_resources"]
+__all__ = ["auto_standby", "standby_share", "trial_resources"]
 
 
 def trial_resources(
@@ -69,9 +69,52 @@ def standby_share(standby: int) -> float:
     return math.floor(10_000 / (1 + standby)) / 10_000
 
 
+def auto_standby(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
+    """What ``SEARCHLAB_STANDBY=auto`` runs on this cluster: the trials each GPU holds ready
+    (2, or 1 where only that many fit, or 0) and a line saying so, and why not more.
+
+    Standby needs GPUs, trials of one process on one whole GPU, enough trials at once and
+    enough CPUs for every GPU's actors (the checks an explicit count must pass), and
+    ``max_restarts`` of at least 1: a trial that runs out of GPU memory beside the others is
+    retried from its checkpoint, on a GPU that then keeps less on it (``experiment._standby``).
+    """
+    alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
+    gpus = sum(float(n.get("GPU", 0)) for n in alive)
+    cpus = sum(float(n.get("CPU", 0)) for n in alive)
+    head = "SEARCHLAB_STANDBY=auto"
+    if gpus <= 0:
+        return 0, f"{head}: standby is off, as the Ray cluster has no GPUs"
+    if cfg.max_restarts < 1:
+        return 0, (
+            f"{head}: standby is off, as max_restarts is 0 and standby retries a trial that "
+            "runs out of GPU memory beside the others from its checkpoint; set max_restarts "
+            "to 1 or more to have it"
+        )
+    two = _standby_refusal(cfg, gpus, cpus, 2)
+    if two is None:
+        return 2, f"{head}: each GPU holds 2 trials ready beside the one training (3 actors)"
+    one = _standby_refusal(cfg, gpus, cpus, 1)
+    if one is None:
+        return 1, (
+            f"{head}: each GPU holds 1 trial ready beside the one training (2 actors), not 2: "
+            f"{two[1]}"
+        )
+    return 0, f"{head}: standby is off, as {one[1]}"
+
+
 def _check_standby(
     cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float, standby: int
 ) -> None:
+    refusal = _standby_refusal(cfg, cluster_gpus, cluster_cpus, standby)
+    if refusal is not None:
+        raise ConfigError(refusal[0])
+
+
+def _standby_refusal(
+    cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float, standby: int
+) -> tuple[str, str] | None:
+    """Why ``standby`` trials ready per GPU cannot run: the one-line error for an explicit
+    ``SEARCHLAB_STANDBY``, and the reason alone (for ``auto``'s note); None where they can."""
     res = cfg.resources
     actors = 1 + standby
     setting = f"SEARCHLAB_STANDBY={standby}"
@@ -96,24 +139,29 @@ def _check_standby(
         }
         for key, value in limits.items():
             if 0 < value < need:
-                raise ConfigError(
+                return (
                     f"{cfg.source_name}: {key} is {value}, but {setting} runs {actors} "
                     f"trials on each GPU (one training, {standby} ready) and the Ray cluster has "
                     f"{cluster_gpus:g} GPU(s); set {key.rpartition('.')[2]} to {need} or more, "
-                    "or unset SEARCHLAB_STANDBY"
+                    "or unset SEARCHLAB_STANDBY",
+                    f"{key} is {value}, fewer than the {need} trials it would run at once on "
+                    f"{cluster_gpus:g} GPU(s)",
                 )
         if int(cluster_cpus / cpus + 1e-9) < need:
-            raise ConfigError(
+            return (
                 f"{cfg.source_name}: resources.cpus_per_trial is {cpus:g}, so the Ray cluster's "
                 f"{cluster_cpus:g} CPUs hold fewer trials than {setting} needs ({actors} "
                 f"per GPU, {need} for {cluster_gpus:g} GPU(s)); lower cpus_per_trial, or unset "
-                "SEARCHLAB_STANDBY"
+                "SEARCHLAB_STANDBY",
+                f"the Ray cluster's {cluster_cpus:g} CPUs hold fewer than the {need} trials of "
+                f"{cpus:g} CPU it would run at once on {cluster_gpus:g} GPU(s)",
             )
-        return
-    raise ConfigError(
+        return None
+    return (
         f"{cfg.source_name}: {what}, but {setting} keeps one-GPU trials ready beside the "
         f"one training on each GPU, which only a PyTorchTrial of one slot and one whole GPU "
-        f"can share; {fix}"
+        f"can share; {fix}",
+        f"{what} (standby shares a GPU between trials of one slot and one whole GPU)",
     )
 
 

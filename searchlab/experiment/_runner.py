@@ -24,6 +24,7 @@ from searchlab.experiment._ship import EXCLUDES
 from searchlab.experiment._snapshot import atomic_write, config_digest, prepare_resume
 from searchlab.experiment._spec import (
     MAX_STANDBY,
+    STANDBY_AUTO,
     ExperimentSpec,
     check_environment,
     standby_switch,
@@ -89,6 +90,7 @@ def run(
                 echo=echo,
                 ship=_ship_env(cfg),
                 max_grid_trials=max_grid_trials,
+                on_standby=lambda decided: _write_experiment_file(exp_dir, cfg, decided),
             )
         except SearchlabError:
             _discard_if_unused(exp_dir)  # rejected before any trial: a rerun may reuse the name
@@ -161,7 +163,7 @@ def resumed_standby(
             "SEARCHLAB_STANDBY the experiment started with"
         )
     started = int(value)
-    if standby_switch() != started:
+    if standby_switch() not in (started, STANDBY_AUTO):  # auto: as it was decided
         echo(
             f"note: this experiment started with SEARCHLAB_STANDBY={started}; it resumes "
             f"so (its trials keep the GPU share they were given)"

@@ -88,6 +88,10 @@ class ExperimentSpec:
     # a first batch beside a training process neither slowed it nor picked slower kernels
     # (``benchmarks/first_batch_beside.py``).
     standby_warm_up: bool = True
+    # ``SEARCHLAB_STANDBY=auto``: standby is decided once Ray is up, from what the cluster
+    # and the config allow (``_resources.auto_standby``, then ``with_standby``); until then
+    # it is off.
+    standby_auto: bool = False
 
     @property
     def standby(self) -> int:
@@ -99,15 +103,28 @@ class ExperimentSpec:
         """Rung-end states go through a ``CheckpointWriter`` (any setting but ``off``)."""
         return self.checkpoint_writes != "off"
 
+    def with_standby(self, ready: int) -> ExperimentSpec:
+        """This spec with ``ready`` trials held ready beside each GPU's training one (0: off),
+        as ``SEARCHLAB_STANDBY=ready`` would have made it: what ``auto`` decided."""
+        return dataclasses.replace(
+            self,
+            standby_auto=False,
+            standby_key=uuid.uuid4().hex if ready else None,
+            standby_ready=max(ready, 1),
+            train_ahead=_train_ahead(ready),
+        )
+
     @classmethod
     def from_config(
-        cls, config: ExperimentConfig, name: str, *, standby: int | None = None
+        cls, config: ExperimentConfig, name: str, *, standby: int | Literal["auto"] | None = None
     ) -> ExperimentSpec:
-        """The spec of ``config``; ``standby`` (the trials each GPU holds ready, 0: off) None
-        reads ``SEARCHLAB_STANDBY`` (a resumed experiment passes the setting it started with)."""
+        """The spec of ``config``; ``standby`` (the trials each GPU holds ready, 0: off,
+        ``"auto"``: decided once Ray is up) None reads ``SEARCHLAB_STANDBY`` (a resumed
+        experiment passes the count it started with)."""
         searcher = config.searcher
-        if standby is None:
-            standby = standby_switch()
+        switch = standby_switch() if standby is None else standby
+        auto = isinstance(switch, str)  # "auto"
+        standby = 0 if isinstance(switch, str) else switch
         module = config.entrypoint.partition(":")[0]
         max_length = searcher.max_length
         return cls(
@@ -129,17 +146,21 @@ class ExperimentSpec:
             environment_variables=dict(config.environment.environment_variables),
             slots_per_trial=config.resources.slots_per_trial,
             release_idle_after_s=idle_after_s(),
-            train_ahead=(
-                _flag(STANDBY_AHEAD_VAR, default=False)
-                if standby
-                else _flag(TRAIN_AHEAD_VAR, default=False)
-            ),
+            train_ahead=_train_ahead(standby),
             checkpoint_writes=checkpoint_writes(),
             standby_key=uuid.uuid4().hex if standby else None,
             standby_ready=max(standby, 1),
             standby_prepare=_flag(STANDBY_PREPARE_VAR, default=True),
             standby_warm_up=_flag(STANDBY_WARM_UP_VAR, default=True),
+            standby_auto=auto,
         )
+
+
+def _train_ahead(standby: int) -> bool:
+    """With standby, ``SEARCHLAB_STANDBY_AHEAD`` decides; without, ``SEARCHLAB_TRAIN_AHEAD``."""
+    if standby:
+        return _flag(STANDBY_AHEAD_VAR, default=False)
+    return _flag(TRAIN_AHEAD_VAR, default=False)
 
 
 def check_environment() -> None:
@@ -156,13 +177,18 @@ def check_environment() -> None:
 
 # Most trials one GPU may hold ready beside the one training (``SEARCHLAB_STANDBY``).
 MAX_STANDBY = 7
+# ``SEARCHLAB_STANDBY=auto``: as many as the cluster and the config allow, up to two.
+STANDBY_AUTO = "auto"
 
 
-def standby_switch() -> int:
+def standby_switch() -> int | Literal["auto"]:
     """``SEARCHLAB_STANDBY``: how many trials each GPU holds ready beside the one training,
     their actors taking turns on it (0: off, when unset). ``1`` (or on): one, two trial
-    actors per GPU; ``2`` to ``7``: that many, a GPU's 3 to 8 actors taking turns."""
+    actors per GPU; ``2`` to ``7``: that many, a GPU's 3 to 8 actors taking turns; ``auto``:
+    decided once Ray is up (``_resources.auto_standby``)."""
     text = os.environ.get(STANDBY_VAR, "").strip()
+    if text.lower() == STANDBY_AUTO:
+        return "auto"
     if text.isdigit() and 2 <= int(text) <= MAX_STANDBY:
         return int(text)
     if text.isdigit() and int(text) > MAX_STANDBY:
@@ -171,7 +197,9 @@ def standby_switch() -> int:
             f"ready per GPU than searchlab allows; set it to 1 to {MAX_STANDBY}, 0, or unset it"
         )
     on = _flag(
-        STANDBY_VAR, default=False, choices=f"1 to {MAX_STANDBY} (trials ready per GPU) or 0"
+        STANDBY_VAR,
+        default=False,
+        choices=f"1 to {MAX_STANDBY} (trials ready per GPU), auto or 0",
     )
     return 1 if on else 0
 

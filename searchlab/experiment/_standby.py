@@ -14,7 +14,9 @@ report leaves it. Both actors' models are on the GPU at once: each process keeps
 GPU's memory should not use it. ``SEARCHLAB_STANDBY=2`` (up to 7) holds that many trials
 ready: each trial asks for a third of the GPU (a quarter for 3 ...), and the actors take
 turns on the same lock, so the GPU also goes on while two of them are between trials or
-wait for Tune at once.
+wait for Tune at once. ``SEARCHLAB_STANDBY=auto`` picks the count once Ray is up
+(``_resources.auto_standby``): 2 where the cluster and the config allow, fewer or none where
+they do not.
 
 A trial process's first batch trains before the process takes the GPU's turn, beside the
 trial that holds it (``GpuBaton.claim_warm_up``). That batch is where cuDNN tries the model's

@@ -41,12 +41,17 @@ def run_tuner(
     ship: dict[str, Any],
     restore: bool = False,
     max_grid_trials: int | None = None,
+    on_standby: Callable[[ExperimentSpec], None] | None = None,
 ) -> RunOutcome:
-    """Run the experiment (or, with ``restore``, continue it) until it ends or is interrupted."""
+    """Run the experiment (or, with ``restore``, continue it) until it ends or is interrupted.
+
+    With ``SEARCHLAB_STANDBY=auto`` (``spec.standby_auto``), standby is decided once Ray is
+    up and ``on_standby`` gets the decided spec before any trial starts (to record it).
+    """
     with ray_environment() as tune_messages:
         import ray
 
-        from searchlab.experiment._resources import trial_resources
+        from searchlab.experiment._resources import auto_standby, trial_resources
 
         # The user's environment variables reach the workers through Ray's runtime
         # environment, which Ray gives none of the workers it started before the job;
@@ -64,6 +69,12 @@ def run_tuner(
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
                 )
+            if spec.standby_auto:
+                ready, note = auto_standby(cfg, ray.nodes())
+                spec = spec.with_standby(ready)
+                if on_standby is not None:
+                    on_standby(spec)  # a resume runs as these trials start: recorded first
+                echo(f"note: {note}")
             resources = trial_resources(cfg, ray.nodes(), standby=spec.standby)
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ

@@ -1,0 +1,259 @@
+"""``SEARCHLAB_STANDBY=auto``: standby decided once Ray is up, from the cluster and the config.
+
+Two trials ready per GPU where the search can use them, one where only that many fit, none
+where standby cannot run (no GPUs, trials that cannot share a GPU, ``max_restarts: 0``), each
+said in one line; the decision is what ``experiment.json`` records for a resume. A real search
+on a Ray node that declares one GPU (the trials train on the CPU) runs three actors on it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+import searchlab
+from searchlab.config import load_experiment_config
+from searchlab.experiment._resources import auto_standby
+from searchlab.experiment._spec import ExperimentSpec, check_environment, standby_switch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ASHA_MODEL = ROOT / "tests" / "fixtures" / "asha_model"
+HEAD = "SEARCHLAB_STANDBY=auto: "
+
+
+def _cfg(entrypoint: str = "asha_trial:AshaTrial", *, top: Any = None, **searcher: Any) -> Any:
+    return load_experiment_config(
+        {
+            "name": "auto",
+            "entrypoint": entrypoint,
+            "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
+            "searcher": {
+                "name": "random",
+                "metric": "validation_loss",
+                "max_length": 4,
+                "max_trials": 16,
+                **searcher,
+            },
+            **(top or {}),
+        },
+        model_dir=str(ASHA_MODEL),
+    )
+
+
+def _nodes(cpus: float, gpus: float, count: int = 1) -> list[dict[str, Any]]:
+    return [{"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus}} for _ in range(count)]
+
+
+def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
+    for nodes in (_nodes(8, 1), _nodes(16, 2), _nodes(4, 1, count=2)):
+        ready, note = auto_standby(_cfg(), nodes)
+        assert ready == 2, note
+        assert note == HEAD + "each GPU holds 2 trials ready beside the one training (3 actors)"
+
+
+@pytest.mark.parametrize(
+    ("searcher", "resources", "nodes", "why"),
+    [
+        (
+            {"max_concurrent_trials": 2},
+            {},
+            _nodes(8, 1),
+            "searcher.max_concurrent_trials is 2, fewer than the 3 trials it would run at once "
+            "on 1 GPU(s)",
+        ),
+        (
+            {"max_trials": 5},
+            {},
+            _nodes(16, 2),
+            "searcher.max_trials is 5, fewer than the 6 trials it would run at once on 2 GPU(s)",
+        ),
+        (
+            {},
+            {"cpus_per_trial": 2},
+            _nodes(4, 1),
+            "the Ray cluster's 4 CPUs hold fewer than the 3 trials of 2 CPU it would run at "
+            "once on 1 GPU(s)",
+        ),
+    ],
+)
+def test_one_trial_ready_where_only_two_fit_per_gpu(
+    searcher: dict[str, Any], resources: dict[str, Any], nodes: Any, why: str
+) -> None:
+    ready, note = auto_standby(_cfg(top={"resources": resources}, **searcher), nodes)
+    assert ready == 1
+    assert note == (
+        HEAD + "each GPU holds 1 trial ready beside the one training (2 actors), not 2: " + why
+    )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "nodes", "why"),
+    [
+        (_cfg(), _nodes(8, 0), "the Ray cluster has no GPUs"),
+        (
+            _cfg(max_concurrent_trials=1),
+            _nodes(8, 1),
+            "searcher.max_concurrent_trials is 1, fewer than the 2 trials it would run at once "
+            "on 1 GPU(s)",
+        ),
+        (
+            _cfg(top={"resources": {"slots_per_trial": 2}}),
+            _nodes(8, 2),
+            "resources.slots_per_trial is 2 (standby shares a GPU between trials of one slot "
+            "and one whole GPU)",
+        ),
+        (
+            _cfg(top={"resources": {"gpus_per_trial": 0.5}}),
+            _nodes(8, 1),
+            "resources.gpus_per_trial is 0.5 (standby shares a GPU",
+        ),
+        (_cfg("python3 train.py"), _nodes(8, 1), "entrypoint is the command 'python3 train.py'"),
+        (
+            _cfg(top={"max_restarts": 0}),
+            _nodes(8, 1),
+            "max_restarts is 0 and standby retries a trial that runs out of GPU memory beside "
+            "the others from its checkpoint; set max_restarts to 1 or more to have it",
+        ),
+    ],
+)
+def test_off_where_standby_cannot_run_and_the_line_says_why(cfg: Any, nodes: Any, why: str) -> None:
+    ready, note = auto_standby(cfg, nodes)
+    assert ready == 0
+    assert note.startswith(HEAD + "standby is off, as " + why)
+    assert "\n" not in note
+
+
+def test_the_switch_leaves_standby_to_be_decided(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value in ("auto", " AUTO "):
+        monkeypatch.setenv("SEARCHLAB_STANDBY", value)
+        check_environment()  # accepted before anything is written
+        assert standby_switch() == "auto"
+    spec = ExperimentSpec.from_config(_cfg(), "s")
+    assert spec.standby_auto and spec.standby == 0 and spec.standby_key is None
+    decided = spec.with_standby(2)
+    assert decided.standby == 2 and decided.standby_key is not None
+    assert not decided.standby_auto and not decided.train_ahead
+    # The decided spec reads the switches an explicit count reads: with standby,
+    # SEARCHLAB_STANDBY_AHEAD; without, SEARCHLAB_TRAIN_AHEAD.
+    monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "1")
+    assert spec.with_standby(1).train_ahead
+    off = spec.with_standby(0)
+    assert off.standby == 0 and off.standby_key is None and not off.train_ahead
+    monkeypatch.setenv("SEARCHLAB_TRAIN_AHEAD", "1")
+    assert spec.with_standby(0).train_ahead and spec.with_standby(0).standby_key is None
+    # Two decisions are two runs: each has its own lock key.
+    assert spec.with_standby(2).standby_key != decided.standby_key
+
+
+def test_a_resumed_experiment_runs_as_auto_decided_without_a_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from searchlab.experiment._runner import resumed_standby
+
+    said: list[str] = []
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "auto")
+    assert resumed_standby({"standby": 2}, said.append) == 2
+    assert resumed_standby({"standby": 0}, said.append) == 0
+    assert said == []
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "1")  # an explicit count that differs is noted
+    assert resumed_standby({"standby": 2}, said.append) == 2 and len(said) == 1
+
+
+@pytest.mark.ray
+def test_auto_changes_nothing_on_a_cpu_cluster(
+    ray_session: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "auto")
+    lines: list[str] = []
+    config = {
+        "name": "auto-cpu",
+        "entrypoint": "asha_trial:AshaTrial",
+        "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": 2},
+    }
+    results = searchlab.run(
+        config, model_dir=ASHA_MODEL, storage_path=tmp_path / "runs", echo=lines.append
+    )
+    assert results.trials["state"].tolist() == ["COMPLETED"]
+    assert "note: " + HEAD + "standby is off, as the Ray cluster has no GPUs" in lines
+    meta = json.loads((results.experiment_dir / "experiment.json").read_text())
+    assert meta["standby"] == 0
+
+
+SEARCH = """
+import json, pathlib, sys
+import ray
+import searchlab
+from searchlab._ray_env import ray_init_kwargs
+from searchlab.experiment._compat import keep_prestarted_workers
+
+out = pathlib.Path(sys.argv[1])
+ray.init(num_cpus=3, num_gpus=1, _system_config=keep_prestarted_workers(), **ray_init_kwargs())
+lines = []
+config = {
+    "name": "auto-gpu",
+    "entrypoint": "asha_trial:AshaTrial",
+    "hyperparameters": {
+        "global_batch_size": 4,
+        "lr": {"type": "categorical", "vals": [0.001, 0.01, 0.1, 0.3, 0.5, 1.0]},
+        "batch_log": str(out / "batches.log"),
+        "batch_sleep": 0.2,
+    },
+    "searcher": {"name": "grid", "metric": "validation_loss", "max_length": {"batches": 8}},
+    "scheduling_unit": 2,
+    "reproducibility": {"experiment_seed": 3},
+}
+results = searchlab.run(config, model_dir=sys.argv[2], storage_path=str(out / "runs"),
+                        echo=lines.append)
+meta = json.loads((results.experiment_dir / "experiment.json").read_text())
+json.dump(
+    {
+        "states": sorted(results.trials["state"]),
+        "notes": [line for line in lines if line.startswith("note: SEARCHLAB_STANDBY")],
+        "standby": meta["standby"],
+    },
+    open(out / "result.json", "w"),
+)
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600 + 60)
+def test_auto_runs_three_actors_on_a_gpu_and_records_it(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "search.py"
+    script.write_text(textwrap.dedent(SEARCH))
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(ASHA_MODEL / "asha_trial.py", model)
+    env = {**os.environ, "SEARCHLAB_STANDBY": "auto"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(model)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["states"] == ["COMPLETED"] * 6
+    assert result["notes"] == [
+        "note: " + HEAD + "each GPU holds 2 trials ready beside the one training (3 actors)"
+    ]
+    assert result["standby"] == 2  # what a resume runs with
+    # Trials shared the one GPU: without standby, one whole-GPU trial at a time runs on one
+    # actor that Tune reuses; with it, up to three actors train, taking turns.
+    pids = collections.Counter(
+        line.split()[0] for line in (tmp_path / "batches.log").read_text().splitlines()
+    )
+    assert 2 <= len(pids) <= 3, pids
