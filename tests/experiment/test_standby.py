@@ -11,7 +11,6 @@ import collections
 import itertools
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import time
 from typing import Any
 
 import pytest
-from runner_steps import gpu_is_free
+from runner_steps import asha_model_dir, gpu_is_free, run_search_script
 
 from searchlab.config import load_experiment_config
 from searchlab.errors import ConfigError
@@ -492,25 +491,13 @@ def test_a_search_takes_turns_on_its_gpu(
     monkeypatch.setattr("tempfile.tempdir", None)  # the workers' temporary folder
     script = tmp_path / "search.py"
     script.write_text(SEARCH)
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(ASHA_MODEL / "asha_trial.py", model)
-    (model / "waiting_trial.py").write_text(WAITING_TRIAL)
+    model = asha_model_dir(tmp_path, waiting_trial=WAITING_TRIAL)
     outcome = {}
     locks = set(pathlib.Path(tempfile.gettempdir()).glob(f"searchlab-{os.getuid()}-standby-*"))
     for standby in ("2", "1", "0"):
         out = tmp_path / f"standby-{standby}"
         out.mkdir()
-        env = {**os.environ, "SEARCHLAB_STANDBY": standby}
-        done = subprocess.run(
-            [sys.executable, str(script), str(out), str(model)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        run_search_script(script, out, model, standby=standby)
         rows = [line.split() for line in (out / "batches.log").read_text().splitlines()]
         spans = sorted((float(a), float(b), int(pid)) for pid, a, b in rows)
         outcome[standby] = (spans, __import__("json").loads((out / "result.json").read_text()))

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
-import textwrap
 from typing import Any
 
 import pytest
+from runner_steps import asha_model_dir, run_search_script
 
 import searchlab
 from searchlab.config import load_experiment_config
@@ -231,20 +227,8 @@ json.dump(
 @pytest.mark.timeout(600 + 60)
 def test_auto_runs_three_actors_on_a_gpu_and_records_it(tmp_path: pathlib.Path) -> None:
     script = tmp_path / "search.py"
-    script.write_text(textwrap.dedent(SEARCH))
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(ASHA_MODEL / "asha_trial.py", model)
-    env = {**os.environ, "SEARCHLAB_STANDBY": "auto"}
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), str(model)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    script.write_text(SEARCH)
+    run_search_script(script, tmp_path, asha_model_dir(tmp_path), standby="auto")
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["states"] == ["COMPLETED"] * 6
     assert result["notes"] == [

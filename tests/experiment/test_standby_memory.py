@@ -14,11 +14,7 @@ as one never parked.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -542,26 +538,14 @@ def test_a_search_whose_trials_do_not_fit_three_to_a_gpu_completes_exactly(
     GPU, the GPU ends up crowded; every trial completes, and each trains what it trains
     alone (the first rung's validations are those of a run without standby)."""
     monkeypatch.setattr("tempfile.tempdir", None)  # the workers' temporary folder
-    root = pathlib.Path(__file__).resolve().parents[2]
     script = tmp_path / "search.py"
     script.write_text(CROWDED_SEARCH)
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(root / "tests" / "fixtures" / "asha_model" / "asha_trial.py", model)
-    (model / "crowding_trial.py").write_text(CROWDING_TRIAL)
+    model = steps.asha_model_dir(tmp_path, crowding_trial=CROWDING_TRIAL)
     outcome = {}
     for standby in ("2", "0"):
         out = tmp_path / f"standby-{standby}"
         out.mkdir()
-        done = subprocess.run(
-            [sys.executable, str(script), str(out), str(model)],
-            cwd=root,
-            env={**os.environ, "SEARCHLAB_STANDBY": standby},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        steps.run_search_script(script, out, model, standby=standby)
         outcome[standby] = json.loads((out / "result.json").read_text())
     crowded, alone = outcome["2"], outcome["0"]
     assert crowded["states"] == alone["states"] == ["COMPLETED"] * 6

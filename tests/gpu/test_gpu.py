@@ -154,6 +154,32 @@ def test_standby_trials_that_fit_the_gpu_alone_all_complete(
 
 
 @pytest.mark.ray
+def test_auto_standby_holds_trials_ready_on_each_gpu(ray_session, tmp_path, monkeypatch) -> None:
+    """``SEARCHLAB_STANDBY=auto`` on a GPU: trials ready beside each GPU's training one (two
+    where the session's CPUs allow), said in one line, recorded for a resume, all on CUDA."""
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "auto")
+    config = _config(
+        "gpu-standby-auto",
+        {"replica": {"type": "categorical", "vals": list(range(6))}, "batch_sleep_s": 0.2},
+        resources={"cpus_per_trial": 0.5},
+        max_restarts=2,
+    )
+    lines: list[str] = []
+    try:
+        results = searchlab.run(
+            config, model_dir=GPU_MODEL, storage_path=tmp_path / "runs", echo=lines.append
+        )
+    finally:
+        print("\n".join(lines))
+    ready = json.loads((results.experiment_dir / "experiment.json").read_text())["standby"]
+    assert ready >= 1
+    notes = [line for line in lines if line.startswith("note: SEARCHLAB_STANDBY=auto")]
+    assert len(notes) == 1 and f"each GPU holds {ready} trial" in notes[0], notes
+    assert results.trials["state"].tolist() == ["COMPLETED"] * 6
+    assert (results.metrics["on_cuda"].dropna() == 1.0).all()
+
+
+@pytest.mark.ray
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_run_that_starts_ray_trains_two_trials_on_two_gpus(tmp_path) -> None:
     """``searchlab run`` starting its own Ray: the trials' actors start in workers Ray
