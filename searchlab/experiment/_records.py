@@ -206,10 +206,11 @@ def gpu_sharing_hint(error_text: str, spec: ExperimentSpec) -> str:
     if not says_out_of_memory(error_text):
         return ""
     if spec.standby:
+        setting = "auto" if spec.standby_auto else spec.standby
         return (
             f" ({1 + spec.standby} trial actors share each GPU with SEARCHLAB_STANDBY="
-            f"{spec.standby}, which a resume keeps: run the search as a new experiment without "
-            "SEARCHLAB_STANDBY, or with a smaller value)"
+            f"{setting}, which a resume keeps: run the search as a new experiment without "
+            "SEARCHLAB_STANDBY, or with a smaller count)"
         )
     share = (spec.exp_conf.get("resources") or {}).get("gpus_per_trial")
     if share is not None and 0 < float(share) < 1:

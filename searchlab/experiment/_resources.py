@@ -39,7 +39,7 @@ def trial_resources(
     total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
     if standby and total["GPU"] > 0:  # CPU trials are unchanged
-        _check_standby(cfg, total["GPU"], total["CPU"], standby)
+        _check_standby(cfg, alive, standby)
     if res.gpus_per_trial is not None:
         gpus = float(res.gpus_per_trial)
     else:
@@ -79,10 +79,8 @@ def auto_standby(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> t
     retried from its checkpoint, on a GPU that then keeps less on it (``experiment._standby``).
     """
     alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
-    gpus = sum(float(n.get("GPU", 0)) for n in alive)
-    cpus = sum(float(n.get("CPU", 0)) for n in alive)
     head = "SEARCHLAB_STANDBY=auto"
-    if gpus <= 0:
+    if sum(float(n.get("GPU", 0)) for n in alive) <= 0:
         return 0, f"{head}: standby is off, as the Ray cluster has no GPUs"
     if cfg.max_restarts < 1:
         return 0, (
@@ -90,32 +88,48 @@ def auto_standby(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> t
             "runs out of GPU memory beside the others from its checkpoint; set max_restarts "
             "to 1 or more to have it"
         )
-    two = _standby_refusal(cfg, gpus, cpus, 2)
+    two = _auto_refusal(cfg, alive, 2)
     if two is None:
         return 2, f"{head}: each GPU holds 2 trials ready beside the one training (3 actors)"
-    one = _standby_refusal(cfg, gpus, cpus, 1)
+    one = _auto_refusal(cfg, alive, 1)
     if one is None:
         return 1, (
-            f"{head}: each GPU holds 1 trial ready beside the one training (2 actors), not 2: "
-            f"{two[1]}"
+            f"{head}: each GPU holds 1 trial ready beside the one training (2 actors), not 2: {two}"
         )
-    return 0, f"{head}: standby is off, as {one[1]}"
+    return 0, f"{head}: standby is off, as {one}"
 
 
-def _check_standby(
-    cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float, standby: int
-) -> None:
-    refusal = _standby_refusal(cfg, cluster_gpus, cluster_cpus, standby)
+def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: int) -> str | None:
+    """Why auto does not hold ``standby`` trials ready per GPU: an explicit count's reasons,
+    and a search with fewer trials in all than the actors (one an explicit count lets run)."""
+    refusal = _standby_refusal(cfg, alive, standby)
+    if refusal is not None:
+        return refusal[1]
+    gpus = sum(float(n.get("GPU", 0)) for n in alive)
+    need = math.ceil((1 + standby) * gpus - 1e-9)
+    trials, search = _search_trials(cfg)
+    if 0 < trials < need:
+        return (
+            f"the {search} search has {trials} trial(s), fewer than the {need} it would run at "
+            f"once on {gpus:g} GPU(s)"
+        )
+    return None
+
+
+def _check_standby(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: int) -> None:
+    refusal = _standby_refusal(cfg, alive, standby)
     if refusal is not None:
         raise ConfigError(refusal[0])
 
 
 def _standby_refusal(
-    cfg: ExperimentConfig, cluster_gpus: float, cluster_cpus: float, standby: int
+    cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: int
 ) -> tuple[str, str] | None:
-    """Why ``standby`` trials ready per GPU cannot run: the one-line error for an explicit
-    ``SEARCHLAB_STANDBY``, and the reason alone (for ``auto``'s note); None where they can."""
+    """Why ``standby`` trials ready per GPU cannot run on the nodes ``alive`` (their
+    resources): the one-line error for an explicit ``SEARCHLAB_STANDBY``, and the reason
+    alone (for ``auto``'s note); None where they can."""
     res = cfg.resources
+    cluster_gpus = sum(float(n.get("GPU", 0)) for n in alive)
     actors = 1 + standby
     setting = f"SEARCHLAB_STANDBY={standby}"
     fix = "unset SEARCHLAB_STANDBY or "
@@ -147,14 +161,20 @@ def _standby_refusal(
                     f"{key} is {value}, fewer than the {need} trials it would run at once on "
                     f"{cluster_gpus:g} GPU(s)",
                 )
-        if int(cluster_cpus / cpus + 1e-9) < need:
+        # Each GPU's actors run on its own node: count each GPU node's CPUs, up to its actors.
+        fit = sum(
+            min(math.floor(float(n.get("CPU", 0)) / cpus + 1e-9), _actors_on(n, actors))
+            for n in alive
+            if float(n.get("GPU", 0)) > 0
+        )
+        if fit < need:
             return (
-                f"{cfg.source_name}: resources.cpus_per_trial is {cpus:g}, so the Ray cluster's "
-                f"{cluster_cpus:g} CPUs hold fewer trials than {setting} needs ({actors} "
-                f"per GPU, {need} for {cluster_gpus:g} GPU(s)); lower cpus_per_trial, or unset "
-                "SEARCHLAB_STANDBY",
-                f"the Ray cluster's {cluster_cpus:g} CPUs hold fewer than the {need} trials of "
-                f"{cpus:g} CPU it would run at once on {cluster_gpus:g} GPU(s)",
+                f"{cfg.source_name}: resources.cpus_per_trial is {cpus:g}, so the CPUs of the "
+                f"Ray cluster's GPU nodes hold {fit} trials, fewer than {setting} needs "
+                f"({actors} per GPU, {need} for {cluster_gpus:g} GPU(s)); lower cpus_per_trial, "
+                "or unset SEARCHLAB_STANDBY",
+                f"the CPUs of the Ray cluster's GPU nodes hold {fit} trials of {cpus:g} CPU, "
+                f"fewer than the {need} it would run at once on {cluster_gpus:g} GPU(s)",
             )
         return None
     return (
@@ -163,6 +183,25 @@ def _standby_refusal(
         f"can share; {fix}",
         f"{what} (standby shares a GPU between trials of one slot and one whole GPU)",
     )
+
+
+def _actors_on(node: Mapping[str, Any], actors: int) -> int:
+    """The trial actors a node's GPUs take, ``actors`` on each."""
+    return math.floor(actors * float(node.get("GPU", 0)) + 1e-9)
+
+
+def _search_trials(cfg: ExperimentConfig) -> tuple[int, str]:
+    """How many trials the search makes in all where its kind fixes it (``single``: one;
+    ``grid``: its points; 0 for the others, whose ``max_trials`` is a limit checked for every
+    count), and the search's name."""
+    name = str(getattr(cfg.searcher.name, "value", cfg.searcher.name))
+    if name == "single":
+        return 1, name
+    if name == "grid":
+        from searchers._space import HyperparameterSpace
+
+        return HyperparameterSpace.from_config(cfg).grid_size(), name
+    return 0, name
 
 
 def _describe(workers: int, cpus: float, gpus: float) -> str:

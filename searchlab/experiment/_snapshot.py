@@ -115,7 +115,9 @@ class Snapshots:
 def atomic_write(path: pathlib.Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a crash leaves the old or the new file, never half.
 
-    The temporary file is removed when the write fails (a full disk leaves nothing behind).
+    The rename is made durable too (the folder is synced), so files written after it cannot
+    outlive it in a power loss. The temporary file is removed when the write fails (a full
+    disk leaves nothing behind).
     """
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
@@ -128,6 +130,22 @@ def atomic_write(path: pathlib.Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: pathlib.Path) -> None:
+    """fsync a folder, so that a rename in it is on disk; a file system that cannot sync
+    folders (some network ones) is left as it is."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -90,7 +90,7 @@ class ExperimentSpec:
     standby_warm_up: bool = True
     # ``SEARCHLAB_STANDBY=auto``: standby is decided once Ray is up, from what the cluster
     # and the config allow (``_resources.auto_standby``, then ``with_standby``); until then
-    # it is off.
+    # it is off. Kept after the decision, for the lines that name the setting.
     standby_auto: bool = False
 
     @property
@@ -108,7 +108,6 @@ class ExperimentSpec:
         as ``SEARCHLAB_STANDBY=ready`` would have made it: what ``auto`` decided."""
         return dataclasses.replace(
             self,
-            standby_auto=False,
             standby_key=uuid.uuid4().hex if ready else None,
             standby_ready=max(ready, 1),
             train_ahead=_train_ahead(ready),

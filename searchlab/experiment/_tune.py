@@ -69,7 +69,7 @@ def run_tuner(
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
                 )
-            if spec.standby_auto:
+            if spec.standby_auto:  # run() passes it undecided
                 ready, note = auto_standby(cfg, ray.nodes())
                 spec = spec.with_standby(ready)
                 if on_standby is not None:

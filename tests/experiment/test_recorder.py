@@ -230,7 +230,7 @@ def test_an_errored_trial_s_line_ends_with_the_gpu_sharing_hint(tmp_path: pathli
     (line,) = [line for line in lines if "errored" in line]
     assert "errored: torch.OutOfMemoryError: CUDA out of memory." in line
     assert line.endswith(
-        "run the search as a new experiment without SEARCHLAB_STANDBY, or with a smaller value)"
+        "run the search as a new experiment without SEARCHLAB_STANDBY, or with a smaller count)"
     )
     assert "2 trial actors share each GPU with SEARCHLAB_STANDBY=1" in line
 

@@ -243,7 +243,7 @@ def test_more_trials_ready_need_more_trials_at_once() -> None:
     assert "\n" not in message and "max_concurrent_trials is 4" in message
     assert "SEARCHLAB_STANDBY=2 runs 3 trials on each GPU (one training, 2 ready)" in message
     assert "set max_concurrent_trials to 6 or more" in message
-    with pytest.raises(ConfigError, match="fewer trials than SEARCHLAB_STANDBY=3 needs"):
+    with pytest.raises(ConfigError, match="hold 6 trials, fewer than SEARCHLAB_STANDBY=3 needs"):
         trial_resources(_random_search(max_trials=8), _nodes(6, 2), standby=3)  # 8 CPUs
 
 

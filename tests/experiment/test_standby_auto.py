@@ -18,7 +18,8 @@ from runner_steps import asha_model_dir, run_search_script
 
 import searchlab
 from searchlab.config import load_experiment_config
-from searchlab.experiment._resources import auto_standby
+from searchlab.errors import ConfigError
+from searchlab.experiment._resources import auto_standby, trial_resources
 from searchlab.experiment._spec import ExperimentSpec, check_environment, standby_switch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -26,19 +27,18 @@ ASHA_MODEL = ROOT / "tests" / "fixtures" / "asha_model"
 HEAD = "SEARCHLAB_STANDBY=auto: "
 
 
-def _cfg(entrypoint: str = "asha_trial:AshaTrial", *, top: Any = None, **searcher: Any) -> Any:
+def _cfg(
+    entrypoint: str = "asha_trial:AshaTrial", *, top: Any = None, lr: Any = 0.1, **searcher: Any
+) -> Any:
+    searcher = {"name": "random", "max_trials": 16, **searcher}
+    if searcher["name"] != "random":
+        del searcher["max_trials"]
     return load_experiment_config(
         {
             "name": "auto",
             "entrypoint": entrypoint,
-            "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
-            "searcher": {
-                "name": "random",
-                "metric": "validation_loss",
-                "max_length": 4,
-                "max_trials": 16,
-                **searcher,
-            },
+            "hyperparameters": {"global_batch_size": 4, "lr": lr},
+            "searcher": {"metric": "validation_loss", "max_length": 4, **searcher},
             **(top or {}),
         },
         model_dir=str(ASHA_MODEL),
@@ -47,6 +47,9 @@ def _cfg(entrypoint: str = "asha_trial:AshaTrial", *, top: Any = None, **searche
 
 def _nodes(cpus: float, gpus: float, count: int = 1) -> list[dict[str, Any]]:
     return [{"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus}} for _ in range(count)]
+
+
+GRID_OF = {"type": "categorical", "vals": [0.1, 0.2]}  # a grid of two points
 
 
 def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
@@ -76,19 +79,45 @@ def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
             {},
             {"cpus_per_trial": 2},
             _nodes(4, 1),
-            "the Ray cluster's 4 CPUs hold fewer than the 3 trials of 2 CPU it would run at "
-            "once on 1 GPU(s)",
+            "the CPUs of the Ray cluster's GPU nodes hold 2 trials of 2 CPU, fewer than the 3 "
+            "it would run at once on 1 GPU(s)",
+        ),
+        (
+            # A CPU-only head node's CPUs cannot run a GPU's actors.
+            {},
+            {},
+            [*_nodes(16, 0), *_nodes(2, 1)],
+            "the CPUs of the Ray cluster's GPU nodes hold 2 trials of 1 CPU, fewer than the 3 "
+            "it would run at once on 1 GPU(s)",
+        ),
+        (
+            {"name": "grid"},
+            {},
+            _nodes(8, 1),
+            "the grid search has 2 trial(s), fewer than the 3 it would run at once on 1 GPU(s)",
         ),
     ],
 )
 def test_one_trial_ready_where_only_two_fit_per_gpu(
     searcher: dict[str, Any], resources: dict[str, Any], nodes: Any, why: str
 ) -> None:
-    ready, note = auto_standby(_cfg(top={"resources": resources}, **searcher), nodes)
+    cfg = _cfg(top={"resources": resources}, lr=GRID_OF, **searcher)
+    ready, note = auto_standby(cfg, nodes)
     assert ready == 1
     assert note == (
         HEAD + "each GPU holds 1 trial ready beside the one training (2 actors), not 2: " + why
     )
+
+
+def test_an_explicit_count_counts_the_gpu_nodes_cpus_too() -> None:
+    # The head node's 16 CPUs cannot run actors beside the worker's GPU, which has 2 CPUs.
+    nodes = [*_nodes(16, 0), *_nodes(2, 1)]
+    assert trial_resources(_cfg(), nodes, standby=1)["gpu"] == 0.5
+    with pytest.raises(ConfigError) as err:
+        trial_resources(_cfg(), nodes, standby=2)
+    message = str(err.value)
+    assert "the CPUs of the Ray cluster's GPU nodes hold 2 trials, fewer than" in message
+    assert "SEARCHLAB_STANDBY=2 needs (3 per GPU, 3 for 1 GPU(s))" in message
 
 
 @pytest.mark.parametrize(
@@ -114,6 +143,11 @@ def test_one_trial_ready_where_only_two_fit_per_gpu(
         ),
         (_cfg("python3 train.py"), _nodes(8, 1), "entrypoint is the command 'python3 train.py'"),
         (
+            _cfg(name="single"),
+            _nodes(8, 1),
+            "the single search has 1 trial(s), fewer than the 2 it would run at once on 1 GPU(s)",
+        ),
+        (
             _cfg(top={"max_restarts": 0}),
             _nodes(8, 1),
             "max_restarts is 0 and standby retries a trial that runs out of GPU memory beside "
@@ -136,8 +170,8 @@ def test_the_switch_leaves_standby_to_be_decided(monkeypatch: pytest.MonkeyPatch
     spec = ExperimentSpec.from_config(_cfg(), "s")
     assert spec.standby_auto and spec.standby == 0 and spec.standby_key is None
     decided = spec.with_standby(2)
-    assert decided.standby == 2 and decided.standby_key is not None
-    assert not decided.standby_auto and not decided.train_ahead
+    assert decided.standby == 2 and decided.standby_key is not None and not decided.train_ahead
+    assert decided.standby_auto  # kept, for the lines that name the setting
     # The decided spec reads the switches an explicit count reads: with standby,
     # SEARCHLAB_STANDBY_AHEAD; without, SEARCHLAB_TRAIN_AHEAD.
     monkeypatch.setenv("SEARCHLAB_STANDBY_AHEAD", "1")
@@ -183,6 +217,55 @@ def test_auto_changes_nothing_on_a_cpu_cluster(
     assert "note: " + HEAD + "standby is off, as the Ray cluster has no GPUs" in lines
     meta = json.loads((results.experiment_dir / "experiment.json").read_text())
     assert meta["standby"] == 0
+
+
+@pytest.mark.ray
+def test_the_decision_is_recorded_before_the_first_trial(
+    ray_session: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``experiment.json`` holds what auto decided by the time a trial builds (a resume runs
+    with it): here a decision of one ready, which on this CPU cluster changes no trial."""
+    from searchlab.experiment import _resources
+
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "auto")
+    monkeypatch.setattr(_resources, "auto_standby", lambda cfg, nodes: (1, "decided: 1"))
+    lines: list[str] = []
+    config = {
+        "name": "auto-record",
+        "entrypoint": "recording_trial:RecordingTrial",
+        "hyperparameters": {
+            "global_batch_size": 4,
+            "lr": 0.1,
+            "experiment_file": str(tmp_path / "runs" / "auto-record" / "experiment.json"),
+        },
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": 2},
+    }
+    model = asha_model_dir(tmp_path, recording_trial=RECORDING_TRIAL)
+    results = searchlab.run(
+        config, model_dir=model, storage_path=tmp_path / "runs", echo=lines.append
+    )
+    assert results.trials["state"].tolist() == ["COMPLETED"]
+    assert "note: decided: 1" in lines
+    meta = json.loads((results.experiment_dir / "experiment.json").read_text())
+    assert meta["standby"] == 1
+    assert results.experiment_dir == tmp_path / "runs" / "auto-record"
+    seen = json.loads((tmp_path / "runs" / "seen_at_build.json").read_text())
+    assert seen["standby"] == 1  # as the trial's build found it
+
+
+# A trial that copies experiment.json's standby, as it is when the trial builds, beside it.
+RECORDING_TRIAL = """
+import json, pathlib
+from asha_trial import AshaTrial
+
+
+class RecordingTrial(AshaTrial):
+    def __init__(self, context):
+        super().__init__(context)
+        path = pathlib.Path(context.get_hparams()["experiment_file"])
+        seen = json.loads(path.read_text())["standby"]
+        (path.parent.parent / "seen_at_build.json").write_text(json.dumps({"standby": seen}))
+"""
 
 
 SEARCH = """
