@@ -17,7 +17,11 @@ __all__ = ["auto_standby", "standby_share", "trial_resources"]
 
 
 def trial_resources(
-    cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]], *, standby: int = 0
+    cfg: ExperimentConfig,
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    standby: int = 0,
+    resumed: bool = False,
 ) -> dict[str, float]:
     """``{"cpu": c, "gpu": g}`` per worker of a trial: GPUs when the cluster has any, else CPUs.
 
@@ -27,7 +31,8 @@ def trial_resources(
     ``standby`` (``SEARCHLAB_STANDBY``: the trials each GPU holds ready beside the one
     training), a one-GPU trial asks for ``standby_share(standby)`` of a GPU, half of it for
     one: ``1 + standby`` trial actors share it and take turns (``experiment._standby``); CPU
-    trials are unchanged.
+    trials are unchanged. A ``resumed`` experiment keeps the standby it started with, so a
+    refusal says so instead of offering to unset it.
 
     Raises:
         ConfigError: no node can hold one worker, or the cluster cannot hold all of them; or
@@ -39,7 +44,7 @@ def trial_resources(
     total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
     if standby and total["GPU"] > 0:  # CPU trials are unchanged
-        _check_standby(cfg, alive, standby)
+        _check_standby(cfg, alive, standby, resumed=resumed)
     if res.gpus_per_trial is not None:
         gpus = float(res.gpus_per_trial)
     else:
@@ -116,10 +121,20 @@ def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: i
     return None
 
 
-def _check_standby(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: int) -> None:
+def _check_standby(
+    cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: int, *, resumed: bool
+) -> None:
     refusal = _standby_refusal(cfg, alive, standby)
-    if refusal is not None:
+    if refusal is None:
+        return
+    if not resumed:
         raise ConfigError(refusal[0])
+    raise ConfigError(
+        f"{cfg.source_name}: this experiment started with SEARCHLAB_STANDBY={standby}, which "
+        f"its trials keep when it resumes, but on this Ray cluster {refusal[1]}; resume it on "
+        "a cluster like the one it started on, or run its config anew without standby "
+        "(searchlab resume --force-restart with SEARCHLAB_STANDBY unset)"
+    )
 
 
 def _standby_refusal(

@@ -75,7 +75,7 @@ def run_tuner(
                 if on_standby is not None:
                     on_standby(spec)  # a resume runs as these trials start: recorded first
                 echo(f"note: {note}")
-            resources = trial_resources(cfg, ray.nodes(), standby=spec.standby)
+            resources = trial_resources(cfg, ray.nodes(), standby=spec.standby, resumed=restore)
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):

@@ -324,3 +324,17 @@ def test_auto_runs_three_actors_on_a_gpu_and_records_it(tmp_path: pathlib.Path) 
         line.split()[0] for line in (tmp_path / "batches.log").read_text().splitlines()
     )
     assert 2 <= len(pids) <= 3, pids
+
+
+def test_a_resume_that_cannot_run_its_standby_says_what_to_do_instead() -> None:
+    # Started with two trials ready on one GPU; the cluster it resumes on has two GPUs,
+    # and six trials at once are more than the search's limit of four.
+    cfg = _cfg(max_concurrent_trials=4)
+    assert trial_resources(cfg, _nodes(8, 1), standby=2, resumed=True)["gpu"] == 0.3333
+    with pytest.raises(ConfigError) as err:
+        trial_resources(cfg, _nodes(8, 2), standby=2, resumed=True)
+    message = str(err.value)
+    assert "\n" not in message and "unset SEARCHLAB_STANDBY or" not in message
+    assert "this experiment started with SEARCHLAB_STANDBY=2, which its trials keep" in message
+    assert "searcher.max_concurrent_trials is 4, fewer than the 6 trials" in message
+    assert message.endswith("(searchlab resume --force-restart with SEARCHLAB_STANDBY unset)")
