@@ -409,4 +409,7 @@ SIDES = {
     "searchlab_standby2_in_turn": _searchlab_with(
         {"SEARCHLAB_STANDBY": "2", "SEARCHLAB_STANDBY_WARM_UP": "0"}
     ),
+    # Standby as auto decides it once Ray is up (here: two ready per GPU, as the search's
+    # trials at once are tripled for it).
+    "searchlab_standby_auto": _searchlab_with({"SEARCHLAB_STANDBY": "auto"}),
 }

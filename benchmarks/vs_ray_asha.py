@@ -68,6 +68,8 @@ ready beside the one training), ``max_concurrent_trials`` tripled.
 process's first batch trains beside the trial holding the GPU, not in its turn (the default
 since call 16B; call 15D ran it as the default, under the name ``searchlab_standby2``), and
 ``searchlab_standby2_in_turn`` sets it to ``0``, the default before.
+``searchlab_standby_auto`` sets ``SEARCHLAB_STANDBY=auto``: standby as searchlab decides it
+once Ray is up (two ready per GPU here, since the search runs three trials per GPU at once).
 
 Workloads: **short** (rungs 40/80/160/320 batches, a report every 40, divisor 2) and
 **long** (rungs 200/400/800/1600, a report every 100), each with the batch resident on the
