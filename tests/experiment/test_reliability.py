@@ -483,3 +483,26 @@ def test_a_resumed_run_keeps_its_own_snapshot_and_records(
     assert sessions[1] == f"experiment_state-{snapshot['session']}.json"  # the new session's
     records = json.loads((exp_dir / "trials.json").read_text())["trials"]
     assert sorted(r["state"] for r in records) == ["COMPLETED"] * 3
+
+
+def test_an_atomic_write_syncs_the_file_then_its_folder(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rename must be on disk before anything written after it (experiment.json before
+    # Tune's files): the folder is synced after the file.
+    import stat
+
+    from searchlab.experiment import _snapshot
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(_snapshot.os, "fsync", fsync)
+    _snapshot.atomic_write(tmp_path / "experiment.json", '{"standby": 2}')
+    assert (tmp_path / "experiment.json").read_text() == '{"standby": 2}'
+    assert synced == ["file", "folder"]
+    assert [p.name for p in tmp_path.iterdir()] == ["experiment.json"]  # no temporary left
