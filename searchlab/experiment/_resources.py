@@ -110,8 +110,7 @@ def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: i
     refusal = _standby_refusal(cfg, alive, standby)
     if refusal is not None:
         return refusal[1]
-    gpus = sum(float(n.get("GPU", 0)) for n in alive)
-    need = math.ceil((1 + standby) * gpus - 1e-9)
+    gpus, need = _trials_needed(alive, standby)
     trials, search = _search_trials(cfg)
     if 0 < trials < need:
         return (
@@ -144,7 +143,7 @@ def _standby_refusal(
     resources): the one-line error for an explicit ``SEARCHLAB_STANDBY``, and the reason
     alone (for ``auto``'s note); None where they can."""
     res = cfg.resources
-    cluster_gpus = sum(float(n.get("GPU", 0)) for n in alive)
+    cluster_gpus, need = _trials_needed(alive, standby)
     actors = 1 + standby
     setting = f"SEARCHLAB_STANDBY={standby}"
     fix = "unset SEARCHLAB_STANDBY or "
@@ -158,9 +157,6 @@ def _standby_refusal(
         what = f"entrypoint is the command {cfg.entrypoint!r}"
         fix += "use a PyTorchTrial entrypoint"
     else:
-        # Fewer trials at once than the actors of every GPU: Ray would pack them onto some
-        # GPUs and leave others idle.
-        need = math.ceil(actors * cluster_gpus - 1e-9)
         cpus = float(res.cpus_per_trial) if res.cpus_per_trial is not None else 1.0
         limits = {
             "searcher.max_concurrent_trials": getattr(cfg.searcher, "max_concurrent_trials", 0),
@@ -198,6 +194,13 @@ def _standby_refusal(
         f"can share; {fix}",
         f"{what} (standby shares a GPU between trials of one slot and one whole GPU)",
     )
+
+
+def _trials_needed(alive: list[dict[str, Any]], standby: int) -> tuple[float, int]:
+    """The cluster's GPUs, and the trials at once that fill each with ``1 + standby`` actors
+    (fewer, and Ray would pack them onto some GPUs and leave others idle)."""
+    gpus = sum(float(n.get("GPU", 0)) for n in alive)
+    return gpus, math.ceil((1 + standby) * gpus - 1e-9)
 
 
 def _actors_on(node: Mapping[str, Any], actors: int) -> int:

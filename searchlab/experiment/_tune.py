@@ -69,13 +69,14 @@ def run_tuner(
                 spec = dataclasses.replace(
                     spec, model_archive=ray.put(pack_model_dir(spec.model_dir))
                 )
+            nodes = ray.nodes()
             if spec.standby_auto:  # run() passes it undecided
-                ready, note = auto_standby(cfg, ray.nodes())
+                ready, note = auto_standby(cfg, nodes)
                 spec = spec.with_standby(ready)
                 if on_standby is not None:
                     on_standby(spec)  # a resume runs as these trials start: recorded first
                 echo(f"note: {note}")
-            resources = trial_resources(cfg, ray.nodes(), standby=spec.standby, resumed=restore)
+            resources = trial_resources(cfg, nodes, standby=spec.standby, resumed=restore)
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):

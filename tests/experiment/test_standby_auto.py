@@ -3,7 +3,8 @@
 Two trials ready per GPU where the search can use them, one where only that many fit, none
 where standby cannot run (no GPUs, trials that cannot share a GPU, ``max_restarts: 0``), each
 said in one line; the decision is what ``experiment.json`` records for a resume. A real search
-on a Ray node that declares one GPU (the trials train on the CPU) runs three actors on it.
+on a Ray node that declares one GPU (the trials train on the CPU) runs more than one actor
+on it.
 """
 
 from __future__ import annotations
