@@ -127,6 +127,7 @@ from _common import (  # noqa: E402
     result_path,
     write_result,
 )
+from _memory_watch import MemoryWatch, cuda_used  # noqa: E402
 
 WORKLOADS = {
     "short": {"rungs": [40, 80, 160, 320], "report_every": 40},
@@ -284,6 +285,7 @@ def main() -> None:
     }
     lrs = learning_rates(args.trials)
     storage = tempfile.mkdtemp(prefix="vs-ray-asha-")
+    gpu_used = cuda_used()
     rows, runs = [], []
     warm_s: dict[str, float] = {}
     with ray_environment():
@@ -321,11 +323,17 @@ def main() -> None:
                         solo, blocks, bound = last or solo_rate(hp, solo_batches)
                         before = blocks  # the solo blocks just before the next side's run
                         for side in round_order(args.sides.split(","), r):
-                            run = SIDES[side](hp, workloads[name], lrs, storage)
+                            with MemoryWatch(gpu_used=gpu_used) as memory:
+                                run = SIDES[side](hp, workloads[name], lrs, storage)
                             last = None if args.no_bracket else solo_rate(hp, solo_batches)
                             after, after_bound = ([], {}) if last is None else last[1:]
                             got = {**figures(run, solo), **bracketed(run, before, after)}
                             got["after_gpu_busy"] = after_bound.get("gpu_busy")
+                            got["memory"] = memory.summary()
+                            # searchlab's notes and the standby it ran (auto decides it)
+                            got.update({k: run[k] for k in ("notes", "standby") if k in run})
+                            for note in run.get("notes", []):
+                                print(note)
                             got["windows"] = run["windows"]
                             before = after or before
                             record = {
@@ -342,7 +350,8 @@ def main() -> None:
                                 **got,
                             }
                             runs.append(record)
-                            rows.append({k: v for k, v in record.items() if k != "windows"})
+                            row = {k: v for k, v in record.items() if k != "windows"}
+                            rows.append({**row, **got["memory"]})
                             write_result(  # after every run: a run cut short keeps the rest
                                 result_path("vs_ray_asha", args),
                                 summary=_summary(runs),
@@ -385,6 +394,19 @@ def main() -> None:
             "checkpoint_write_s",
             "checkpoint_load_s",
             "wall_s",
+        ],
+    )
+    print_table(
+        rows,
+        [
+            "workload",
+            "data",
+            "side",
+            "workers_peak",
+            "workers_pss_peak_gib",
+            "trial_worker_pss_max_gib",
+            "host_rise_peak_gib",
+            "gpu_used_peak_gib",
         ],
     )
     print(summary)
