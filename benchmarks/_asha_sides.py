@@ -315,21 +315,32 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         },
         "resources": {"cpus_per_trial": _cpus(), "slots_per_trial": SLOTS[0]},
         "scheduling_unit": work["report_every"],
-        "max_restarts": 0,
+        # A failing trial fails the run; with standby (SEARCHLAB_STANDBY=auto needs it), a
+        # trial out of GPU memory beside the others is retried once, as a user would allow.
+        "max_restarts": 1 if _standby() else 0,
         "reproducibility": {"experiment_seed": 0},
     }
     if PER_GPU[0] > 1 and torch.cuda.is_available():
         config["resources"]["gpus_per_trial"] = 1.0 / PER_GPU[0]
+    notes: list[str] = []  # searchlab's own notes (auto's decision among them), not trial lines
     began = time.time()
-    results = searchlab.run(config, model_dir=MODEL_DIR, storage_path=storage, echo=lambda _: None)
+    results = searchlab.run(
+        config,
+        model_dir=MODEL_DIR,
+        storage_path=storage,
+        echo=lambda line: notes.append(line) if line.startswith("note:") else None,
+    )
     wall = time.time() - began
+    decided = json.loads((results.experiment_dir / "experiment.json").read_text())["standby"]
     reports = results.all_reports
     training = reports[reports["group"] == "training"]
     windows = [
         {**row, "trial_id": row["trial_id"], "n": work["report_every"]}
         for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
-    return _run(began, wall, windows, **_searchlab_checkpoint_times(results))
+    return _run(
+        began, wall, windows, notes=notes, standby=decided, **_searchlab_checkpoint_times(results)
+    )
 
 
 def _standby() -> int:
