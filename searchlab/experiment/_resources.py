@@ -15,6 +15,11 @@ from searchlab.errors import ConfigError
 
 __all__ = ["auto_standby", "standby_share", "trial_resources"]
 
+# Host memory one trial process holds with standby, for auto's check of a node's memory: a
+# ResNet-18 trial's worker peaked at 2.2-2.7 GiB (proportional set size, its kept paused
+# states, at most 1 GiB per worker, included) in calls 18A-18B on an H200 host.
+TRIAL_PROCESS_BYTES = int(2.5 * 2**30)
+
 
 def trial_resources(
     cfg: ExperimentConfig,
@@ -79,9 +84,11 @@ def auto_standby(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> t
     (2, or 1 where only that many fit, or 0) and a line saying so, and why not more.
 
     Standby needs GPUs, trials of one process on one whole GPU, enough trials at once and
-    enough CPUs for every GPU's actors (the checks an explicit count must pass), and
-    ``max_restarts`` of at least 1: a trial that runs out of GPU memory beside the others is
-    retried from its checkpoint, on a GPU that then keeps less on it (``experiment._standby``).
+    enough CPUs for every GPU's actors (the checks an explicit count must pass), host memory
+    on every GPU node for them (``TRIAL_PROCESS_BYTES`` each, within Ray's ``memory``
+    resource there), and ``max_restarts`` of at least 1: a trial that runs out of GPU memory
+    beside the others is retried from its checkpoint, on a GPU that then keeps less on it
+    (``experiment._standby``).
     """
     alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
     head = "SEARCHLAB_STANDBY=auto"
@@ -110,6 +117,8 @@ def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: i
     refusal = _standby_refusal(cfg, alive, standby)
     if refusal is not None:
         return refusal[1]
+    if (short := _memory_shortfall(alive, 1 + standby)) is not None:
+        return short
     gpus, need = _trials_needed(alive, standby)
     trials, search = _search_trials(cfg)
     if 0 < trials < need:
@@ -117,6 +126,22 @@ def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: i
             f"the {search} search has {trials} trial(s), fewer than the {need} it would run at "
             f"once on {gpus:g} GPU(s)"
         )
+    return None
+
+
+def _memory_shortfall(alive: list[dict[str, Any]], actors: int) -> str | None:
+    """Why a GPU node's memory cannot hold ``actors`` trial processes per GPU, at
+    ``TRIAL_PROCESS_BYTES`` each, within what Ray gives its workers there (the node's
+    ``memory`` resource; a node that does not declare it is not checked); None where it can."""
+    for node in alive:
+        memory = float(node.get("memory", 0))
+        processes = _actors_on(node, actors)
+        if memory > 0 and processes * TRIAL_PROCESS_BYTES > memory:
+            return (
+                f"a GPU node gives Ray's workers {memory / 2**30:.1f} GiB of memory, less than "
+                f"its {processes} trial processes would hold (~{TRIAL_PROCESS_BYTES / 2**30:g} "
+                "GiB each)"
+            )
     return None
 
 

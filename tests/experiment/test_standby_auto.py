@@ -46,15 +46,28 @@ def _cfg(
     )
 
 
-def _nodes(cpus: float, gpus: float, count: int = 1) -> list[dict[str, Any]]:
-    return [{"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus}} for _ in range(count)]
+def _nodes(
+    cpus: float, gpus: float, count: int = 1, *, memory_gib: float = 0
+) -> list[dict[str, Any]]:
+    """Ray's node list; ``memory_gib``: the ``memory`` resource the node declares (0: none)."""
+    memory = {"memory": memory_gib * 2**30} if memory_gib else {}
+    return [
+        {"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus, **memory}} for _ in range(count)
+    ]
 
 
 GRID_OF = {"type": "categorical", "vals": [0.1, 0.2]}  # a grid of two points
 
 
 def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
-    for nodes in (_nodes(8, 1), _nodes(16, 2), _nodes(4, 1, count=2)):
+    for nodes in (
+        _nodes(8, 1),
+        _nodes(16, 2),
+        _nodes(4, 1, count=2),
+        _nodes(8, 1, memory_gib=8),  # 3 trial processes at ~2.5 GiB
+        # A CPU node's memory holds no trial process of a GPU.
+        [*_nodes(16, 0, memory_gib=1), *_nodes(16, 2, memory_gib=16)],
+    ):
         ready, note = auto_standby(_cfg(), nodes)
         assert ready == 2, note
         assert note == HEAD + "each GPU holds 2 trials ready beside the one training (3 actors)"
@@ -97,6 +110,20 @@ def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
             _nodes(8, 1),
             "the grid search has 2 trial(s), fewer than the 3 it would run at once on 1 GPU(s)",
         ),
+        (
+            {},
+            {},
+            _nodes(8, 1, memory_gib=6),
+            "a GPU node gives Ray's workers 6.0 GiB of memory, less than its 3 trial processes "
+            "would hold (~2.5 GiB each)",
+        ),
+        (
+            {},
+            {},
+            [*_nodes(32, 2, memory_gib=64), *_nodes(32, 2, memory_gib=12)],  # the second: short
+            "a GPU node gives Ray's workers 12.0 GiB of memory, less than its 6 trial processes "
+            "would hold (~2.5 GiB each)",
+        ),
     ],
 )
 def test_one_trial_ready_where_only_two_fit_per_gpu(
@@ -125,6 +152,12 @@ def test_an_explicit_count_counts_the_gpu_nodes_cpus_too() -> None:
     ("cfg", "nodes", "why"),
     [
         (_cfg(), _nodes(8, 0), "the Ray cluster has no GPUs"),
+        (
+            _cfg(),
+            _nodes(8, 1, memory_gib=4),
+            "a GPU node gives Ray's workers 4.0 GiB of memory, less than its 2 trial processes "
+            "would hold (~2.5 GiB each)",
+        ),
         (
             _cfg(max_concurrent_trials=1),
             _nodes(8, 1),
@@ -277,7 +310,9 @@ from searchlab._ray_env import ray_init_kwargs
 from searchlab.experiment._compat import keep_prestarted_workers
 
 out = pathlib.Path(sys.argv[1])
-ray.init(num_cpus=3, num_gpus=1, _system_config=keep_prestarted_workers(), **ray_init_kwargs())
+# 8 GiB of memory for Ray's workers, whatever the machine has: 3 trial processes fit.
+ray.init(num_cpus=3, num_gpus=1, _memory=8 * 2**30, _system_config=keep_prestarted_workers(),
+         **ray_init_kwargs())
 lines = []
 config = {
     "name": "auto-gpu",
