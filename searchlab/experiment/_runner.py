@@ -163,7 +163,11 @@ def resumed_standby(
             "SEARCHLAB_STANDBY the experiment started with"
         )
     started = int(value)
-    if standby_switch() not in (started, STANDBY_AUTO):  # auto: as it was decided
+    switch = standby_switch()
+    if switch == STANDBY_AUTO:  # a new run says what auto decided; a resume, what it keeps
+        kept = f"{started} trial(s) ready per GPU" if started else "standby off"
+        echo(f"note: SEARCHLAB_STANDBY=auto: this experiment resumes as it started ({kept})")
+    elif switch != started:
         echo(
             f"note: this experiment started with SEARCHLAB_STANDBY={started}; it resumes "
             f"so (its trials keep the GPU share they were given)"

@@ -218,7 +218,7 @@ def test_the_switch_leaves_standby_to_be_decided(monkeypatch: pytest.MonkeyPatch
     assert spec.with_standby(2).standby_key != decided.standby_key
 
 
-def test_a_resumed_experiment_runs_as_auto_decided_without_a_note(
+def test_a_resumed_experiment_runs_as_it_started_and_auto_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from searchlab.experiment._runner import resumed_standby
@@ -227,7 +227,11 @@ def test_a_resumed_experiment_runs_as_auto_decided_without_a_note(
     monkeypatch.setenv("SEARCHLAB_STANDBY", "auto")
     assert resumed_standby({"standby": 2}, said.append) == 2
     assert resumed_standby({"standby": 0}, said.append) == 0
-    assert said == []
+    assert said == [
+        "note: " + HEAD + "this experiment resumes as it started (2 trial(s) ready per GPU)",
+        "note: " + HEAD + "this experiment resumes as it started (standby off)",
+    ]
+    said.clear()
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")  # an explicit count that differs is noted
     assert resumed_standby({"standby": 2}, said.append) == 2 and len(said) == 1
 
