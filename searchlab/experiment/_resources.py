@@ -15,9 +15,10 @@ from searchlab.errors import ConfigError
 
 __all__ = ["auto_standby", "standby_share", "trial_resources"]
 
-# Host memory one trial process holds with standby, for auto's check of a node's memory: a
-# ResNet-18 trial's worker peaked at 2.2-2.7 GiB (proportional set size, its kept paused
-# states, at most 1 GiB per worker, included) in calls 18A-18B on an H200 host.
+# Host memory one trial process holds, for auto's check of a node's memory: ~1.3 GiB for
+# torch and CUDA's host side (Ray's own ASHA trial worker), and up to 1 GiB of kept paused
+# states (``_checkpoint_writer.default_keep_bytes``), whatever the model's size. A ResNet-18
+# trial's worker peaked at 2.1-2.7 GiB (proportional set size) in calls 18A-18C on an H200 host.
 TRIAL_PROCESS_BYTES = int(2.5 * 2**30)
 
 
