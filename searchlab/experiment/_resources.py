@@ -13,7 +13,7 @@ from typing import Any
 from searchlab.config import ExperimentConfig, is_command
 from searchlab.errors import ConfigError
 
-__all__ = ["auto_standby", "standby_share", "trial_resources"]
+__all__ = ["auto_standby", "standby_memory_note", "standby_share", "trial_resources"]
 
 # Host memory one trial process holds, for auto's check of a node's memory: ~1.3 GiB for
 # torch and CUDA's host side (Ray's own ASHA trial worker), and up to 1 GiB of kept paused
@@ -128,6 +128,20 @@ def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: i
             f"once on {gpus:g} GPU(s)"
         )
     return None
+
+
+def standby_memory_note(nodes: Sequence[Mapping[str, Any]], standby: int) -> str | None:
+    """A line for an explicit ``SEARCHLAB_STANDBY`` count whose trial processes a GPU node's
+    memory may not hold (auto's check, ``_memory_shortfall``); None where they fit. A count
+    the user set runs as set: the estimate is a guide, not a limit."""
+    alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
+    short = _memory_shortfall(alive, 1 + standby) if standby else None
+    if short is None:
+        return None
+    return (
+        f"SEARCHLAB_STANDBY={standby}: {short}, so the host may run out of memory; "
+        "SEARCHLAB_STANDBY=auto holds fewer trials ready where they do not fit"
+    )
 
 
 def _memory_shortfall(alive: list[dict[str, Any]], actors: int) -> str | None:

@@ -51,7 +51,11 @@ def run_tuner(
     with ray_environment() as tune_messages:
         import ray
 
-        from searchlab.experiment._resources import auto_standby, trial_resources
+        from searchlab.experiment._resources import (
+            auto_standby,
+            standby_memory_note,
+            trial_resources,
+        )
 
         # The user's environment variables reach the workers through Ray's runtime
         # environment, which Ray gives none of the workers it started before the job;
@@ -77,6 +81,8 @@ def run_tuner(
                     on_standby(spec)  # a resume runs as these trials start: recorded first
                 echo(f"note: {note}")
             resources = trial_resources(cfg, nodes, standby=spec.standby, resumed=restore)
+            if not spec.standby_auto and (memory := standby_memory_note(nodes, spec.standby)):
+                echo(f"note: {memory}")  # an explicit count runs as set, told what auto sees
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):

@@ -20,7 +20,7 @@ from runner_steps import asha_model_dir, run_search_script
 import searchlab
 from searchlab.config import load_experiment_config
 from searchlab.errors import ConfigError
-from searchlab.experiment._resources import auto_standby, trial_resources
+from searchlab.experiment._resources import auto_standby, standby_memory_note, trial_resources
 from searchlab.experiment._spec import ExperimentSpec, check_environment, standby_switch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -234,6 +234,48 @@ def test_a_resumed_experiment_runs_as_it_started_and_auto_says_so(
     said.clear()
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")  # an explicit count that differs is noted
     assert resumed_standby({"standby": 2}, said.append) == 2 and len(said) == 1
+
+
+def test_an_explicit_count_is_told_when_memory_looks_short_and_runs_as_set() -> None:
+    nodes = _nodes(8, 1, memory_gib=6)
+    assert standby_memory_note(nodes, 2) == (
+        "SEARCHLAB_STANDBY=2: a GPU node gives Ray's workers 6.0 GiB of memory, less than its "
+        "3 trial processes would hold (~2.5 GiB each), so the host may run out of memory; "
+        "SEARCHLAB_STANDBY=auto holds fewer trials ready where they do not fit"
+    )
+    assert trial_resources(_cfg(), nodes, standby=2)["gpu"] == 0.3333  # not refused
+    assert standby_memory_note(nodes, 1) is None  # 2 processes fit in 6 GiB
+    assert standby_memory_note(nodes, 0) is None
+    assert standby_memory_note(_nodes(8, 1), 7) is None  # no memory declared: not checked
+
+
+@pytest.mark.ray
+def test_a_run_with_an_explicit_count_prints_the_memory_note(
+    ray_session: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from searchlab.experiment import _resources
+
+    asked: list[int] = []
+
+    def note(nodes: Any, standby: int) -> str:
+        asked.append(standby)
+        return f"memory looks short for {standby}"
+
+    monkeypatch.setenv("SEARCHLAB_STANDBY", "1")  # a CPU cluster: trials run as without
+    monkeypatch.setattr(_resources, "standby_memory_note", note)
+    lines: list[str] = []
+    config = {
+        "name": "explicit-memory",
+        "entrypoint": "asha_trial:AshaTrial",
+        "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": 2},
+    }
+    results = searchlab.run(
+        config, model_dir=ASHA_MODEL, storage_path=tmp_path / "runs", echo=lines.append
+    )
+    assert results.trials["state"].tolist() == ["COMPLETED"]
+    assert asked == [1]
+    assert "note: memory looks short for 1" in lines
 
 
 @pytest.mark.ray
