@@ -1,28 +1,40 @@
-"""How much memory a benchmark's run holds: the host's, its Ray workers', the GPUs'.
+"""What a benchmark's Ray workers hold and do: the host's memory, each worker's, the GPUs',
+and the CPU the other trial processes use while one trains.
 
-``MemoryWatch`` samples, every ``period_s`` in a thread while running (``with
-MemoryWatch() as watch:``), from ``/proc``: the host's memory in use (``MemTotal`` less
-``MemAvailable``), and each Ray worker process's proportional set size (``Pss`` of
-``smaps_rollup``: a page shared by N processes counts 1/N in each, so the sum does not count
-torch's and CUDA's shared libraries once per process, as RSS would), with the worker's
-title (``ray::<Actor>``, ``ray::IDLE``) and its data-loader children summed into it; and,
-where ``gpu_used`` is given, the GPUs' memory in use. ``summary`` gives the peaks over
-the run and the host's rise over what it held when the watch began.
+``MemoryWatch`` samples in a thread while running (``with MemoryWatch() as watch:``), from
+``/proc``. Every ``period_s``: each Ray worker process's CPU seconds (its title ``ray::...``,
+its descendants such as a trial's data-loader workers added). Every ``memory_every_s``
+also: the host's memory in use (``MemTotal`` less ``MemAvailable``), each busy worker's
+proportional set size (``Pss`` of ``smaps_rollup``: a page shared by N processes counts
+1/N in each, so the sum does not count torch's and CUDA's shared libraries once per
+process, as RSS would), and, where ``gpu_used`` is given, the GPUs' memory in use. An idle
+worker (``ray::IDLE``) is counted, not read: ``smaps_rollup`` walks a process's memory map
+under its lock, ~3 ms a worker on a 2-core laptop, so it is read once a second, not at the
+CPU's pace.
 
-Standby (``SEARCHLAB_STANDBY``) keeps two or three trial processes per GPU where one ran:
-this is how much host memory that costs.
+``summary`` gives the memory peaks over the run and the host's rise over what it held when
+the watch began. ``beside(windows)`` gives, for each training window long enough to
+measure, the cores of the process that trained it (the busiest) and of every other Ray
+worker: with standby (``SEARCHLAB_STANDBY``), two or three trial processes share each
+GPU, and the ones waiting for their turn should use none.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
 import pathlib
+import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 PROC = pathlib.Path("/proc")
 GIB = 1024**3
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+IDLE = "ray::IDLE"
 
 
 def host_used(proc: pathlib.Path = PROC) -> int:
@@ -47,25 +59,41 @@ def _pss(pid_dir: pathlib.Path) -> int:
     return 0
 
 
-def ray_workers(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int]]:
-    """Each Ray worker process (title ``ray::...``) by pid: its title and its proportional
-    set size with its descendants' (a trial's data-loader workers) added."""
+@dataclass
+class Worker:
+    """One Ray worker process: its title, CPU seconds so far and (where read) proportional
+    set size, each with its descendants'."""
+
+    title: str
+    cpu: float = 0.0
+    pss: int = 0
+
+
+def ray_workers(proc: pathlib.Path = PROC, *, memory: bool = True) -> dict[int, Worker]:
+    """Each Ray worker process (title ``ray::...``) by pid, with its descendants' CPU seconds
+    (and, with ``memory``, proportional set size; not read for ``ray::IDLE`` workers) added."""
     titles: dict[int, str] = {}
     parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
     for pid_dir in proc.iterdir():
         if not pid_dir.name.isdigit():
             continue
         pid = int(pid_dir.name)
         try:
             cmdline = (pid_dir / "cmdline").read_bytes()
-            stat = (pid_dir / "stat").read_text()
-        except OSError:
+            stat = (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
         title = cmdline.split(b"\0", 1)[0].decode(errors="replace").strip()
         if title.startswith("ray::"):
             titles[pid] = title
-        parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-    out = {pid: (title, _pss(proc / str(pid))) for pid, title in titles.items()}
+        parents[pid] = int(stat[1])
+        # Fields 14 and 15 of /proc/<pid>/stat (utime, stime): 12 and 13 after the name.
+        cpu[pid] = (int(stat[11]) + int(stat[12])) / CLOCK_TICKS if len(stat) > 12 else 0.0
+    out = {pid: Worker(title, cpu[pid]) for pid, title in titles.items()}
+    read = memory and {pid for pid, title in titles.items() if title != IDLE}
+    for pid in read or ():
+        out[pid].pss = _pss(proc / str(pid))
     for pid, parent in parents.items():
         if pid in titles:
             continue
@@ -73,37 +101,60 @@ def ray_workers(proc: pathlib.Path = PROC) -> dict[int, tuple[str, int]]:
         while owner and owner not in titles and owner in parents:
             owner = parents[owner]
         if owner in out:
-            title, pss = out[owner]
-            out[owner] = (title, pss + _pss(proc / str(pid)))
+            out[owner].cpu += cpu[pid]
+            if read and owner in read:
+                out[owner].pss += _pss(proc / str(pid))
     return out
 
 
+@dataclass
+class Sample:
+    """One look: when, each worker's title and CPU seconds, and (every ``memory_every_s``)
+    the host's and GPUs' memory in use and each busy worker's PSS (``memory`` empty
+    otherwise)."""
+
+    when: float
+    titles: dict[int, str]
+    cpu: dict[int, float]
+    memory: dict[str, Any] = field(default_factory=dict)
+
+
 class MemoryWatch:
-    """Peaks of the host's memory, its Ray workers' and the GPUs' over a ``with`` block."""
+    """Memory peaks and CPU beside each training window, over a ``with`` block."""
 
     def __init__(
         self,
-        period_s: float = 0.25,
+        period_s: float = 0.05,
+        memory_every_s: float = 1.0,
         gpu_used: Callable[[], int] | None = None,
         proc: pathlib.Path = PROC,
     ) -> None:
         self.period_s = period_s
+        self.memory_every_s = memory_every_s
         self.gpu_used = gpu_used
         self.proc = proc
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[Sample] = []
+        self._last_memory = -float("inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def sample(self) -> dict[str, Any]:
-        workers = ray_workers(self.proc)
-        row: dict[str, Any] = {
-            "when": time.time(),
-            "host": host_used(self.proc),
-            "workers": {pid: pss for pid, (_, pss) in workers.items()},
-            "titles": {pid: title for pid, (title, _) in workers.items()},
-        }
-        if self.gpu_used is not None:
-            row["gpu"] = self.gpu_used()
+    def sample(self, *, memory: bool | None = None) -> Sample:
+        """Look once; memory too where ``memory``, or (None) where it is time to."""
+        when = time.time()
+        if memory is None:
+            memory = when - self._last_memory >= self.memory_every_s
+        workers = ray_workers(self.proc, memory=memory)
+        row = Sample(
+            when, {p: w.title for p, w in workers.items()}, {p: w.cpu for p, w in workers.items()}
+        )
+        if memory:
+            self._last_memory = when
+            row.memory = {
+                "host": host_used(self.proc),
+                "pss": {p: w.pss for p, w in workers.items()},
+            }
+            if self.gpu_used is not None:
+                row.memory["gpu"] = self.gpu_used()
         return row
 
     def _loop(self) -> None:
@@ -111,7 +162,7 @@ class MemoryWatch:
             self.samples.append(self.sample())
 
     def __enter__(self) -> MemoryWatch:
-        self.samples.append(self.sample())
+        self.samples.append(self.sample(memory=True))
         self._thread = threading.Thread(target=self._loop, name="memory-watch", daemon=True)
         self._thread.start()
         return self
@@ -120,32 +171,61 @@ class MemoryWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.samples.append(self.sample())
+        self.samples.append(self.sample(memory=True))
 
     def summary(self) -> dict[str, Any]:
         """Peaks in GiB: the host's memory in use and its rise over the first sample, the
-        Ray workers' summed PSS (and the most workers alive at once), the largest single
-        trial worker's (titles other than ``ray::IDLE``), and the GPUs' memory in use."""
-        if not self.samples:
+        Ray workers' summed PSS (and the most workers alive at once), the largest busy
+        worker's, and the GPUs' memory in use."""
+        looks = [s for s in self.samples if s.memory]
+        if not looks:
             return {}
-        first = self.samples[0]
-        trial = [
-            pss
-            for s in self.samples
-            for pid, pss in s["workers"].items()
-            if s["titles"].get(pid) != "ray::IDLE"
-        ]
+        host = [s.memory["host"] for s in looks]
         out: dict[str, Any] = {
-            "host_used_peak_gib": max(s["host"] for s in self.samples) / GIB,
-            "host_rise_peak_gib": (max(s["host"] for s in self.samples) - first["host"]) / GIB,
-            "workers_pss_peak_gib": max(sum(s["workers"].values()) for s in self.samples) / GIB,
-            "workers_peak": max(len(s["workers"]) for s in self.samples),
-            "trial_worker_pss_max_gib": max(trial, default=0) / GIB,
+            "host_used_peak_gib": max(host) / GIB,
+            "host_rise_peak_gib": (max(host) - host[0]) / GIB,
+            "workers_pss_peak_gib": max(sum(s.memory["pss"].values()) for s in looks) / GIB,
+            "workers_peak": max(len(s.titles) for s in self.samples),
+            "trial_worker_pss_max_gib": max(
+                (v for s in looks for v in s.memory["pss"].values()), default=0
+            )
+            / GIB,
             "samples": len(self.samples),
+            "memory_samples": len(looks),
         }
-        if any("gpu" in s for s in self.samples):
-            out["gpu_used_peak_gib"] = max(s.get("gpu", 0) for s in self.samples) / GIB
+        if any("gpu" in s.memory for s in looks):
+            out["gpu_used_peak_gib"] = max(s.memory.get("gpu", 0) for s in looks) / GIB
         return out
+
+    def beside(self, windows: Sequence[dict[str, Any]], min_span: int = 3) -> dict[str, Any]:
+        """For each window (``w_start``, ``w_end``: wall-clock seconds) that spans at least
+        ``min_span`` sampling periods: the cores of its busiest worker (the one training it)
+        and of every other worker together; medians, the others' mean and largest, and how
+        many windows were measured."""
+        times = [s.when for s in self.samples]
+        trainer, others = [], []
+        for w in windows:
+            first = bisect.bisect_left(times, w["w_start"])
+            last = bisect.bisect_right(times, w["w_end"]) - 1
+            if last - first < min_span:
+                continue
+            a, b = self.samples[first], self.samples[last]
+            span = b.when - a.when
+            used = {p: (b.cpu[p] - a.cpu[p]) / span for p in b.cpu if p in a.cpu}
+            if not used:
+                continue
+            busiest = max(used, key=used.__getitem__)
+            trainer.append(used[busiest])
+            others.append(sum(v for p, v in used.items() if p != busiest))
+        if not others:
+            return {"windows": 0}
+        return {
+            "windows": len(others),
+            "trainer_cores_median": statistics.median(trainer),
+            "others_cores_median": statistics.median(others),
+            "others_cores_mean": statistics.mean(others),
+            "others_cores_max": max(others),
+        }
 
 
 def cuda_used() -> Callable[[], int] | None:

@@ -330,6 +330,8 @@ def main() -> None:
                             got = {**figures(run, solo), **bracketed(run, before, after)}
                             got["after_gpu_busy"] = after_bound.get("gpu_busy")
                             got["memory"] = memory.summary()
+                            # the cores of the other Ray workers while one trains a window
+                            got["beside"] = memory.beside(run["windows"])
                             # searchlab's notes and the standby it ran (auto decides it)
                             got.update({k: run[k] for k in ("notes", "standby") if k in run})
                             for note in run.get("notes", []):
@@ -351,7 +353,7 @@ def main() -> None:
                             }
                             runs.append(record)
                             row = {k: v for k, v in record.items() if k != "windows"}
-                            rows.append({**row, **got["memory"]})
+                            rows.append({**row, **got["memory"], **got["beside"]})
                             write_result(  # after every run: a run cut short keeps the rest
                                 result_path("vs_ray_asha", args),
                                 summary=_summary(runs),
@@ -407,6 +409,9 @@ def main() -> None:
             "trial_worker_pss_max_gib",
             "host_rise_peak_gib",
             "gpu_used_peak_gib",
+            "trainer_cores_median",
+            "others_cores_median",
+            "others_cores_mean",
         ],
     )
     print(summary)

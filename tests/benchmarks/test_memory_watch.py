@@ -1,19 +1,27 @@
-"""``benchmarks/_memory_watch.py``: the host's memory in use and each Ray worker's
-proportional set size with its children's, from ``/proc``."""
+"""``benchmarks/_memory_watch.py``: the host's memory in use, each Ray worker's proportional
+set size and CPU seconds with its children's, from ``/proc``; the CPU other workers use
+while one trains a window."""
 
 from __future__ import annotations
 
 import pathlib
 
-from _memory_watch import GIB, MemoryWatch, host_used, ray_workers
+import pytest
+from _memory_watch import CLOCK_TICKS, GIB, MemoryWatch, Sample, Worker, host_used, ray_workers
 
 
-def _process(proc: pathlib.Path, pid: int, parent: int, title: str, pss_kib: int) -> None:
+def _process(
+    proc: pathlib.Path, pid: int, parent: int, title: str, pss_kib: int, cpu_s: float = 0.0
+) -> None:
     folder = proc / str(pid)
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     (folder / "cmdline").write_bytes(title.encode() + b"\0--flag\0")
-    # The command name in brackets may hold spaces and brackets: the parent follows the last ')'.
-    (folder / "stat").write_text(f"{pid} (odd ) name) S {parent} 1 1 0\n")
+    # The name in brackets may hold spaces and brackets: the fields follow the last ')'.
+    # utime and stime are fields 14 and 15; the CPU seconds are split between them.
+    ticks = round(cpu_s * CLOCK_TICKS)
+    fields = ["S", str(parent), "1", "1", "0", "-1", "0", "0", "0", "0", "0"]
+    fields += [str(ticks - ticks // 2), str(ticks // 2), "0", "0"]
+    (folder / "stat").write_text(f"{pid} (odd ) name) {' '.join(fields)}\n")
     (folder / "smaps_rollup").write_text(
         f"00400000-7fff [rollup]\nRss:  {pss_kib * 2} kB\nPss:  {pss_kib} kB\n"
     )
@@ -26,11 +34,11 @@ def _fake_proc(tmp_path: pathlib.Path) -> pathlib.Path:
         "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    400 kB\n"
     )
     (proc / "self").mkdir()  # not a pid: skipped
-    _process(proc, 10, 1, "/usr/bin/python3 driver.py", 5000)
-    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000)
-    _process(proc, 21, 20, "/usr/bin/python3 -c loader", 700)  # its loader worker
-    _process(proc, 22, 21, "/usr/bin/python3 -c grandchild", 300)
-    _process(proc, 30, 10, "ray::IDLE", 1000)
+    _process(proc, 10, 1, "/usr/bin/python3 driver.py", 5000, cpu_s=9.0)
+    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=4.0)
+    _process(proc, 21, 20, "/usr/bin/python3 -c loader", 700, cpu_s=1.0)  # its loader worker
+    _process(proc, 22, 21, "/usr/bin/python3 -c grandchild", 300, cpu_s=0.5)
+    _process(proc, 30, 10, "ray::IDLE", 1000, cpu_s=0.2)
     return proc
 
 
@@ -43,15 +51,20 @@ def test_ray_workers_sum_their_descendants_and_skip_other_processes(
 ) -> None:
     workers = ray_workers(_fake_proc(tmp_path))
     assert workers == {
-        20: ("ray::_SearchlabTrial.train", 4000 * 1024),
-        30: ("ray::IDLE", 1000 * 1024),
+        20: Worker("ray::_SearchlabTrial.train", cpu=pytest.approx(5.5), pss=4000 * 1024),
+        30: Worker("ray::IDLE", cpu=pytest.approx(0.2), pss=0),  # counted, its memory not read
     }
+
+
+def test_without_memory_only_the_cpu_is_read(tmp_path: pathlib.Path) -> None:
+    workers = ray_workers(_fake_proc(tmp_path), memory=False)
+    assert workers[20] == Worker("ray::_SearchlabTrial.train", cpu=pytest.approx(5.5), pss=0)
 
 
 def test_a_process_that_vanished_counts_nothing(tmp_path: pathlib.Path) -> None:
     proc = _fake_proc(tmp_path)
     (proc / "21" / "smaps_rollup").unlink()
-    assert ray_workers(proc)[20] == ("ray::_SearchlabTrial.train", 3300 * 1024)
+    assert ray_workers(proc)[20].pss == 3300 * 1024
 
 
 def test_summary_gives_peaks_and_the_host_rise(tmp_path: pathlib.Path) -> None:
@@ -59,19 +72,61 @@ def test_summary_gives_peaks_and_the_host_rise(tmp_path: pathlib.Path) -> None:
     gpu = iter([1 * GIB, 3 * GIB, 2 * GIB])
     watch = MemoryWatch(period_s=60.0, gpu_used=lambda: next(gpu), proc=proc)
     with watch:
-        # A third trial worker starts and the host's memory grows while the watch runs.
+        # A second trial worker starts and the host's memory grows while the watch runs.
         _process(proc, 40, 10, "ray::_SearchlabTrial.train", 6000)
         (proc / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 100 kB\n")
-        watch.samples.append(watch.sample())
+        watch.samples.append(watch.sample(memory=False))  # CPU only: no memory figures
+        watch.samples.append(watch.sample(memory=True))
     summary = watch.summary()
-    assert summary["samples"] == 3
+    assert summary["samples"] == 4 and summary["memory_samples"] == 3
     assert summary["host_used_peak_gib"] * GIB == 900 * 1024
     assert summary["host_rise_peak_gib"] * GIB == 300 * 1024
     assert summary["workers_peak"] == 3
-    assert summary["workers_pss_peak_gib"] * GIB == (4000 + 1000 + 6000) * 1024
-    assert summary["trial_worker_pss_max_gib"] * GIB == 6000 * 1024  # not ray::IDLE's
+    assert summary["workers_pss_peak_gib"] * GIB == (4000 + 6000) * 1024
+    assert summary["trial_worker_pss_max_gib"] * GIB == 6000 * 1024
     assert summary["gpu_used_peak_gib"] == 3
 
 
-def test_an_empty_watch_has_no_summary() -> None:
-    assert MemoryWatch().summary() == {}
+def test_memory_is_read_once_per_memory_period(tmp_path: pathlib.Path) -> None:
+    watch = MemoryWatch(memory_every_s=3600.0, proc=_fake_proc(tmp_path))
+    assert watch.sample().memory  # the first look reads it
+    assert not watch.sample().memory  # within the hour: CPU only
+
+
+def _looks(cpu_by_time: list[tuple[float, dict[int, float]]]) -> list[Sample]:
+    return [Sample(t, {p: "ray::x" for p in cpu}, cpu) for t, cpu in cpu_by_time]
+
+
+def test_beside_gives_the_trainer_and_the_others_cores_per_window() -> None:
+    watch = MemoryWatch()
+    # pid 1 trains at 1 core throughout; pid 2 waits (no CPU) in the first window and
+    # builds at half a core in the second; pid 3 appears in the second window only.
+    watch.samples = _looks(
+        [
+            (0.0, {1: 0.0, 2: 0.0}),
+            (1.0, {1: 1.0, 2: 0.0}),
+            (2.0, {1: 2.0, 2: 0.0}),
+            (3.0, {1: 3.0, 2: 0.5, 3: 0.0}),
+            (4.0, {1: 4.0, 2: 1.0, 3: 0.25}),
+            (5.0, {1: 5.0, 2: 1.5, 3: 0.5}),
+        ]
+    )
+    windows = [
+        {"w_start": 0.0, "w_end": 2.0},
+        {"w_start": 3.0, "w_end": 5.0},
+        {"w_start": 2.5, "w_end": 3.5},  # too short to measure: skipped
+    ]
+    got = watch.beside(windows, min_span=2)
+    assert got == {
+        "windows": 2,
+        "trainer_cores_median": pytest.approx(1.0),
+        "others_cores_median": pytest.approx(0.375),
+        "others_cores_mean": pytest.approx(0.375),
+        "others_cores_max": pytest.approx(0.75),
+    }
+
+
+def test_an_empty_watch_has_no_summary_and_measures_no_window() -> None:
+    watch = MemoryWatch()
+    assert watch.summary() == {}
+    assert watch.beside([{"w_start": 0.0, "w_end": 9.0}]) == {"windows": 0}
