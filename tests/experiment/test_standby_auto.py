@@ -236,6 +236,21 @@ def test_a_resumed_experiment_runs_as_it_started_and_auto_says_so(
     assert resumed_standby({"standby": 2}, said.append) == 2 and len(said) == 1
 
 
+def _single_run(name: str, tmp_path: pathlib.Path) -> tuple[Any, list[str]]:
+    """A one-trial search of the fixture's model on the test's Ray, and the lines it printed."""
+    lines: list[str] = []
+    config = {
+        "name": name,
+        "entrypoint": "asha_trial:AshaTrial",
+        "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": 2},
+    }
+    results = searchlab.run(
+        config, model_dir=ASHA_MODEL, storage_path=tmp_path / "runs", echo=lines.append
+    )
+    return results, lines
+
+
 def test_an_explicit_count_is_told_when_memory_looks_short_and_runs_as_set() -> None:
     nodes = _nodes(8, 1, memory_gib=6)
     assert standby_memory_note(nodes, 2) == (
@@ -263,16 +278,7 @@ def test_a_run_with_an_explicit_count_prints_the_memory_note(
 
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")  # a CPU cluster: trials run as without
     monkeypatch.setattr(_resources, "standby_memory_note", note)
-    lines: list[str] = []
-    config = {
-        "name": "explicit-memory",
-        "entrypoint": "asha_trial:AshaTrial",
-        "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
-        "searcher": {"name": "single", "metric": "validation_loss", "max_length": 2},
-    }
-    results = searchlab.run(
-        config, model_dir=ASHA_MODEL, storage_path=tmp_path / "runs", echo=lines.append
-    )
+    results, lines = _single_run("explicit-memory", tmp_path)
     assert results.trials["state"].tolist() == ["COMPLETED"]
     assert asked == [1]
     assert "note: memory looks short for 1" in lines
@@ -283,16 +289,7 @@ def test_auto_changes_nothing_on_a_cpu_cluster(
     ray_session: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SEARCHLAB_STANDBY", "auto")
-    lines: list[str] = []
-    config = {
-        "name": "auto-cpu",
-        "entrypoint": "asha_trial:AshaTrial",
-        "hyperparameters": {"global_batch_size": 4, "lr": 0.1},
-        "searcher": {"name": "single", "metric": "validation_loss", "max_length": 2},
-    }
-    results = searchlab.run(
-        config, model_dir=ASHA_MODEL, storage_path=tmp_path / "runs", echo=lines.append
-    )
+    results, lines = _single_run("auto-cpu", tmp_path)
     assert results.trials["state"].tolist() == ["COMPLETED"]
     assert "note: " + HEAD + "standby is off, as the Ray cluster has no GPUs" in lines
     meta = json.loads((results.experiment_dir / "experiment.json").read_text())
