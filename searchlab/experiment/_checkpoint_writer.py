@@ -251,14 +251,20 @@ class CheckpointWriter:
         ] = collections.OrderedDict()
 
     @classmethod
-    def for_setting(cls, setting: CheckpointWrites, *, trains: bool) -> CheckpointWriter:
+    def for_setting(
+        cls, setting: CheckpointWrites, *, trains: bool, keep: bool = True
+    ) -> CheckpointWriter:
         """The writer ``SEARCHLAB_BACKGROUND_CHECKPOINTS`` asks for, in a process that trains
         (a one-process trial) or only coordinates (a data-parallel trial's trainable), where
         ``auto`` writes in a thread beside the ranks' training. ``off`` stages nothing, so its
-        writer is never handed a state."""
+        writer is never handed a state. Without ``keep``, it keeps no state for ``take``."""
         if setting == "auto":
             setting = AUTO_CHECKPOINT_WRITES if trains else "thread"
-        return cls(thread=setting != "at_once", finish_before_training=trains and setting == "idle")
+        return cls(
+            keep_bytes=None if keep else 0,
+            thread=setting != "at_once",
+            finish_before_training=trains and setting == "idle",
+        )
 
     def stage(
         self,

@@ -16,9 +16,10 @@ from searchlab.errors import ConfigError
 __all__ = ["auto_standby", "standby_memory_note", "standby_share", "trial_resources"]
 
 # Host memory one trial process holds, for auto's check of a node's memory: ~1.3 GiB for
-# torch and CUDA's host side (Ray's own ASHA trial worker), and up to 1 GiB of kept paused
-# states (``_checkpoint_writer.default_keep_bytes``), whatever the model's size. A ResNet-18
-# trial's worker peaked at 2.1-2.7 GiB (proportional set size) in calls 18A-18C on an H200 host.
+# torch and CUDA's host side (Ray's own ASHA trial worker, calls 18A-18C on an H200 host),
+# and room for the trial's own (its data, a trial parked in host memory on a crowded GPU).
+# Standby's ResNet-18 trial processes peaked at 2.1-2.4 GiB (proportional set size) there,
+# each also keeping up to 1 GiB of paused states, which standby's actors no longer keep.
 TRIAL_PROCESS_BYTES = int(2.5 * 2**30)
 
 

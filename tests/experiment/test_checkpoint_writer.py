@@ -242,6 +242,37 @@ def test_the_same_worker_resumes_from_memory_once(tmp_path: pathlib.Path, thread
     writer.close()
 
 
+@pytest.mark.parametrize("setting", ["thread", "at_once"])
+def test_a_writer_that_keeps_nothing_leaves_the_resume_to_the_file(
+    tmp_path: pathlib.Path, setting: str
+) -> None:
+    """Standby's actors (``keep=False``): the state is written as ever, nothing stays in
+    memory, and the same worker's resume reads the file."""
+    writer = CheckpointWriter.for_setting(setting, trains=True, keep=False)  # type: ignore[arg-type]
+    final = tmp_path / "t" / "checkpoint_000000"
+    _save(writer, tmp_path / "s", final, _state(1))
+    writer.flush()
+    assert writer.take(str(final)) is None
+    _same(load_checkpoint(final, trusted=True)[0], _state(1))
+    writer.close()
+
+
+def test_a_writer_that_keeps_nothing_still_raises_its_failed_write(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = _held_writes(monkeypatch, fail=True)
+    writer = CheckpointWriter.for_setting("thread", trains=True, keep=False)
+    final = tmp_path / "a" / "checkpoint_000000"
+    writer.stage(str(_mkdir(tmp_path / "s")), _state(1), {"batches_trained": 12}, owner="a")
+    _copy_dir(tmp_path / "s", final)
+    writer.start(str(final))
+    release.set()
+    with pytest.raises(OSError, match="No space left"):
+        writer.flush("a")
+    assert "failed" in json.loads((final / WRITING_MARKER).read_text())
+    writer.close("a")
+
+
 def test_kept_states_stay_inside_their_memory_budget(tmp_path: pathlib.Path) -> None:
     one = (
         sum(t.numel() * t.element_size() for t in _state()["models_state_dict"][0].values())

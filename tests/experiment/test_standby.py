@@ -470,10 +470,18 @@ results = searchlab.run(
 )
 metrics = results.metrics
 first = metrics[(metrics["group"] == "validation") & (metrics["batches"] == 4)]
+reported = [
+    json.loads(line)
+    for f in results.experiment_dir.glob("*/result.json")
+    for line in f.read_text().splitlines()
+]
 json.dump(
     {
         "states": sorted(results.trials["state"]),
         "rung0": sorted(float(v) for v in first["validation_loss"]),
+        # promoted trials' loads, and those from the worker's memory (kept states)
+        "loads": sum("searchlab_timing_checkpoint_load_s" in r for r in reported),
+        "from_memory": sum("searchlab_timing_resumed_from_memory" in r for r in reported),
         "standby": json.loads((results.experiment_dir / "experiment.json").read_text())["standby"],
     },
     open(out / "result.json", "w"),
@@ -519,7 +527,12 @@ def test_a_search_takes_turns_on_its_gpu(
         # promotion, which the order of results decides) is the same as without standby.
         assert len(result["rung0"]) == 6 and result["rung0"] == outcome["0"][1]["rung0"]
         assert result["standby"] == int(standby)  # recorded for a resume
+        # Promoted trials came back on any of the GPU's actors, from their files: standby's
+        # actors keep no states in memory.
+        assert result["loads"] > 0 and result["from_memory"] == 0, result
     assert outcome["0"][1]["standby"] == 0
+    # One actor per GPU keeps them: promoted trials came back to it, from its memory.
+    assert outcome["0"][1]["from_memory"] > 0, outcome["0"][1]
     assert len({pid for *_, pid in outcome["0"][0]}) == 1  # without it: one actor per GPU
     # The driver removed the run's lock directory.
     assert (
