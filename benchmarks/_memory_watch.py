@@ -2,15 +2,16 @@
 and the CPU the other trial processes use while one trains.
 
 ``MemoryWatch`` samples in a thread while running (``with MemoryWatch() as watch:``), from
-``/proc``. Every ``period_s``: each Ray worker process's CPU seconds (its title ``ray::...``,
-its descendants such as a trial's data-loader workers added). Every ``memory_every_s``
-also: the host's memory in use (``MemTotal`` less ``MemAvailable``), each busy worker's
-proportional set size (``Pss`` of ``smaps_rollup``: a page shared by N processes counts
-1/N in each, so the sum does not count torch's and CUDA's shared libraries once per
-process, as RSS would), and, where ``gpu_used`` is given, the GPUs' memory in use. An idle
+``/proc``. Every ``memory_every_s``, a full look: every process, grouped under the Ray
+worker it runs in (a process titled ``ray::...`` under no other such process; its
+descendants, a trial's data-loader workers among them, which fork with the same title, are
+counted in it), the host's memory in use (``MemTotal`` less ``MemAvailable``), each busy
+worker's proportional set size (``Pss`` of ``smaps_rollup``: a page shared by N processes
+counts 1/N in each, so the sum does not count torch's and CUDA's shared libraries once per
+process, as RSS would), and, where ``gpu_used`` is given, the GPUs' memory in use. Every
+``period_s`` between, only the CPU seconds of the pids the last full look found. An idle
 worker (``ray::IDLE``) is counted, not read: ``smaps_rollup`` walks a process's memory map
-under its lock, ~3 ms a worker on a 2-core laptop, so it is read once a second, not at the
-CPU's pace.
+under its lock (~3 ms a worker on a 2-core laptop). ``summary`` says what a look cost.
 
 ``summary`` gives the memory peaks over the run and the host's rise over what it held when
 the watch began. ``beside(windows)`` gives, for each training window long enough to
@@ -24,7 +25,9 @@ from __future__ import annotations
 import bisect
 import os
 import pathlib
+import shutil
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,17 +64,34 @@ def _pss(pid_dir: pathlib.Path) -> int:
 
 @dataclass
 class Worker:
-    """One Ray worker process: its title, CPU seconds so far and (where read) proportional
-    set size, each with its descendants'."""
+    """One Ray worker process: its title, CPU seconds so far (its own and its reaped
+    children's), proportional set size (where read) and the pids counted in it: itself and
+    its descendants, a trial's data-loader workers among them (forked, they show the
+    worker's ``ray::`` title too)."""
 
     title: str
     cpu: float = 0.0
     pss: int = 0
+    pids: tuple[int, ...] = ()
+
+
+def _cpu_seconds(stat: list[str]) -> float:
+    """utime, stime, cutime and cstime (fields 14-17 of ``/proc/<pid>/stat``, 11-14 after
+    the name): a child's time moves into its parent's once it ends and is reaped."""
+    return sum(int(x) for x in stat[11:15]) / CLOCK_TICKS if len(stat) > 14 else 0.0
+
+
+def _stat(pid_dir: pathlib.Path) -> list[str] | None:
+    try:
+        return (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def ray_workers(proc: pathlib.Path = PROC, *, memory: bool = True) -> dict[int, Worker]:
-    """Each Ray worker process (title ``ray::...``) by pid, with its descendants' CPU seconds
-    (and, with ``memory``, proportional set size; not read for ``ray::IDLE`` workers) added."""
+    """Each Ray worker process (title ``ray::...``, under no other such process) by pid, with
+    its descendants' CPU seconds (and, with ``memory``, proportional set size; not read for
+    ``ray::IDLE`` workers) added."""
     titles: dict[int, str] = {}
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -81,29 +101,48 @@ def ray_workers(proc: pathlib.Path = PROC, *, memory: bool = True) -> dict[int, 
         pid = int(pid_dir.name)
         try:
             cmdline = (pid_dir / "cmdline").read_bytes()
-            stat = (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        except OSError:
+            continue
+        stat = _stat(pid_dir)
+        if stat is None:
             continue
         title = cmdline.split(b"\0", 1)[0].decode(errors="replace").strip()
         if title.startswith("ray::"):
             titles[pid] = title
         parents[pid] = int(stat[1])
-        # Fields 14 and 15 of /proc/<pid>/stat (utime, stime): 12 and 13 after the name.
-        cpu[pid] = (int(stat[11]) + int(stat[12])) / CLOCK_TICKS if len(stat) > 12 else 0.0
-    out = {pid: Worker(title, cpu[pid]) for pid, title in titles.items()}
-    read = memory and {pid for pid, title in titles.items() if title != IDLE}
-    for pid in read or ():
-        out[pid].pss = _pss(proc / str(pid))
-    for pid, parent in parents.items():
-        if pid in titles:
-            continue
-        owner = parent
-        while owner and owner not in titles and owner in parents:
-            owner = parents[owner]
-        if owner in out:
-            out[owner].cpu += cpu[pid]
-            if read and owner in read:
-                out[owner].pss += _pss(proc / str(pid))
+        cpu[pid] = _cpu_seconds(stat)
+
+    def top(pid: int) -> int | None:
+        """The outermost ``ray::`` process at or above ``pid`` (None: under none)."""
+        found, seen = None, set()
+        while pid and pid in parents and pid not in seen:
+            seen.add(pid)
+            if pid in titles:
+                found = pid
+            pid = parents[pid]
+        return found
+
+    groups: dict[int, list[int]] = {}
+    for pid in parents:
+        owner = top(pid)
+        if owner is not None:
+            groups.setdefault(owner, []).append(pid)
+    out = {}
+    for owner, pids in groups.items():
+        worker = Worker(titles[owner], sum(cpu[p] for p in pids), pids=tuple(sorted(pids)))
+        if memory and worker.title != IDLE:
+            worker.pss = sum(_pss(proc / str(p)) for p in pids)
+        out[owner] = worker
+    return out
+
+
+def cpu_of(workers: dict[int, Worker], proc: pathlib.Path = PROC) -> dict[int, float]:
+    """Each worker's CPU seconds now, read from the pids a full look found in it (a pid gone
+    since counts nothing; its time is in its parent's once reaped)."""
+    out = {}
+    for owner, worker in workers.items():
+        stats = (_stat(proc / str(p)) for p in worker.pids)
+        out[owner] = sum(_cpu_seconds(stat) for stat in stats if stat is not None)
     return out
 
 
@@ -117,6 +156,7 @@ class Sample:
     titles: dict[int, str]
     cpu: dict[int, float]
     memory: dict[str, Any] = field(default_factory=dict)
+    cost_s: float = 0.0  # how long the look took
 
 
 class MemoryWatch:
@@ -134,27 +174,34 @@ class MemoryWatch:
         self.gpu_used = gpu_used
         self.proc = proc
         self.samples: list[Sample] = []
+        self._workers: dict[int, Worker] | None = None
         self._last_memory = -float("inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self, *, memory: bool | None = None) -> Sample:
-        """Look once; memory too where ``memory``, or (None) where it is time to."""
+        """Look once: the workers' CPU seconds, from the pids the last full look found; a
+        full look (every process, each busy worker's PSS, the host's and GPUs' memory)
+        where ``memory``, or (None) where it is time to."""
+        began = time.perf_counter()
         when = time.time()
         if memory is None:
             memory = when - self._last_memory >= self.memory_every_s
-        workers = ray_workers(self.proc, memory=memory)
-        row = Sample(
-            when, {p: w.title for p, w in workers.items()}, {p: w.cpu for p, w in workers.items()}
-        )
+        if memory or self._workers is None:
+            self._workers = ray_workers(self.proc, memory=memory)
+            cpu = {p: w.cpu for p, w in self._workers.items()}
+        else:
+            cpu = cpu_of(self._workers, self.proc)
+        row = Sample(when, {p: w.title for p, w in self._workers.items()}, cpu)
         if memory:
             self._last_memory = when
             row.memory = {
                 "host": host_used(self.proc),
-                "pss": {p: w.pss for p, w in workers.items()},
+                "pss": {p: w.pss for p, w in self._workers.items()},
             }
             if self.gpu_used is not None:
                 row.memory["gpu"] = self.gpu_used()
+        row.cost_s = time.perf_counter() - began
         return row
 
     def _loop(self) -> None:
@@ -192,6 +239,9 @@ class MemoryWatch:
             / GIB,
             "samples": len(self.samples),
             "memory_samples": len(looks),
+            # what a look cost the process that samples (the benchmark's driver)
+            "look_ms_median": 1e3 * statistics.median(s.cost_s for s in self.samples),
+            "full_look_ms_median": 1e3 * statistics.median(s.cost_s for s in looks),
         }
         if any("gpu" in s.memory for s in looks):
             out["gpu_used_peak_gib"] = max(s.memory.get("gpu", 0) for s in looks) / GIB
@@ -228,19 +278,21 @@ class MemoryWatch:
         }
 
 
-def cuda_used() -> Callable[[], int] | None:
-    """Bytes in use on every visible GPU, every process's (``torch.cuda.mem_get_info``), as a
-    callable; None without CUDA."""
-    import torch
-
-    if not torch.cuda.is_available():
+def gpu_memory_used(run: Callable[..., Any] = subprocess.run) -> Callable[[], int] | None:
+    """Bytes in use on every GPU, every process's, read by ``nvidia-smi`` (NVML), as a
+    callable; None where ``nvidia-smi`` is missing or fails. Not through torch: asking CUDA
+    would give the benchmark's driver a CUDA context (~0.5 GiB) on every GPU, counted in the
+    figure and in what standby's memory rules see free (calls 18A-18C carried one)."""
+    command = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    if shutil.which(command[0]) is None:
         return None
 
     def used() -> int:
-        total = 0
-        for index in range(torch.cuda.device_count()):
-            free, whole = torch.cuda.mem_get_info(index)
-            total += whole - free
-        return total
+        out = run(command, capture_output=True, text=True, timeout=10, check=True).stdout
+        return sum(int(line) for line in out.split()) * 2**20  # MiB per GPU
 
+    try:
+        used()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
     return used

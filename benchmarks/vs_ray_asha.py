@@ -127,7 +127,7 @@ from _common import (  # noqa: E402
     result_path,
     write_result,
 )
-from _memory_watch import MemoryWatch, cuda_used  # noqa: E402
+from _memory_watch import MemoryWatch, gpu_memory_used  # noqa: E402
 
 WORKLOADS = {
     "short": {"rungs": [40, 80, 160, 320], "report_every": 40},
@@ -285,7 +285,7 @@ def main() -> None:
     }
     lrs = learning_rates(args.trials)
     storage = tempfile.mkdtemp(prefix="vs-ray-asha-")
-    gpu_used = cuda_used()
+    gpu_used = gpu_memory_used()
     rows, runs = [], []
     warm_s: dict[str, float] = {}
     with ray_environment():
@@ -330,8 +330,10 @@ def main() -> None:
                             got = {**figures(run, solo), **bracketed(run, before, after)}
                             got["after_gpu_busy"] = after_bound.get("gpu_busy")
                             got["memory"] = memory.summary()
-                            # the cores of the other Ray workers while one trains a window
-                            got["beside"] = memory.beside(run["windows"])
+                            # the cores of the other Ray workers while one trains a window:
+                            # with one trial training at a time, those waiting their turn
+                            one_at_a_time = CONCURRENT[0] == 1 and PER_GPU[0] == 1
+                            got["beside"] = memory.beside(run["windows"]) if one_at_a_time else {}
                             # searchlab's notes and the standby it ran (auto decides it)
                             got.update({k: run[k] for k in ("notes", "standby") if k in run})
                             for note in run.get("notes", []):

@@ -7,20 +7,36 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from _memory_watch import CLOCK_TICKS, GIB, MemoryWatch, Sample, Worker, host_used, ray_workers
+from _memory_watch import (
+    CLOCK_TICKS,
+    GIB,
+    MemoryWatch,
+    Sample,
+    Worker,
+    cpu_of,
+    gpu_memory_used,
+    host_used,
+    ray_workers,
+)
 
 
 def _process(
-    proc: pathlib.Path, pid: int, parent: int, title: str, pss_kib: int, cpu_s: float = 0.0
+    proc: pathlib.Path,
+    pid: int,
+    parent: int,
+    title: str,
+    pss_kib: int,
+    cpu_s: float = 0.0,
+    reaped_s: float = 0.0,
 ) -> None:
     folder = proc / str(pid)
     folder.mkdir(exist_ok=True)
     (folder / "cmdline").write_bytes(title.encode() + b"\0--flag\0")
     # The name in brackets may hold spaces and brackets: the fields follow the last ')'.
-    # utime and stime are fields 14 and 15; the CPU seconds are split between them.
-    ticks = round(cpu_s * CLOCK_TICKS)
+    # utime, stime (its own CPU), cutime, cstime (its reaped children's): fields 14 to 17.
+    ticks, reaped = round(cpu_s * CLOCK_TICKS), round(reaped_s * CLOCK_TICKS)
     fields = ["S", str(parent), "1", "1", "0", "-1", "0", "0", "0", "0", "0"]
-    fields += [str(ticks - ticks // 2), str(ticks // 2), "0", "0"]
+    fields += [str(ticks - ticks // 2), str(ticks // 2), str(reaped), "0", "20"]
     (folder / "stat").write_text(f"{pid} (odd ) name) {' '.join(fields)}\n")
     (folder / "smaps_rollup").write_text(
         f"00400000-7fff [rollup]\nRss:  {pss_kib * 2} kB\nPss:  {pss_kib} kB\n"
@@ -35,8 +51,9 @@ def _fake_proc(tmp_path: pathlib.Path) -> pathlib.Path:
     )
     (proc / "self").mkdir()  # not a pid: skipped
     _process(proc, 10, 1, "/usr/bin/python3 driver.py", 5000, cpu_s=9.0)
-    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=4.0)
-    _process(proc, 21, 20, "/usr/bin/python3 -c loader", 700, cpu_s=1.0)  # its loader worker
+    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=4.0, reaped_s=0.25)
+    # Its loader worker, forked: it shows the worker's title, and counts in the worker.
+    _process(proc, 21, 20, "ray::_SearchlabTrial.train", 700, cpu_s=1.0)
     _process(proc, 22, 21, "/usr/bin/python3 -c grandchild", 300, cpu_s=0.5)
     _process(proc, 30, 10, "ray::IDLE", 1000, cpu_s=0.2)
     return proc
@@ -51,14 +68,30 @@ def test_ray_workers_sum_their_descendants_and_skip_other_processes(
 ) -> None:
     workers = ray_workers(_fake_proc(tmp_path))
     assert workers == {
-        20: Worker("ray::_SearchlabTrial.train", cpu=pytest.approx(5.5), pss=4000 * 1024),
-        30: Worker("ray::IDLE", cpu=pytest.approx(0.2), pss=0),  # counted, its memory not read
+        20: Worker(
+            "ray::_SearchlabTrial.train",
+            cpu=pytest.approx(5.75),  # 4 + 1 + 0.5, and 0.25 of a child that ended
+            pss=4000 * 1024,
+            pids=(20, 21, 22),
+        ),
+        30: Worker("ray::IDLE", cpu=pytest.approx(0.2), pss=0, pids=(30,)),  # memory not read
     }
 
 
 def test_without_memory_only_the_cpu_is_read(tmp_path: pathlib.Path) -> None:
     workers = ray_workers(_fake_proc(tmp_path), memory=False)
-    assert workers[20] == Worker("ray::_SearchlabTrial.train", cpu=pytest.approx(5.5), pss=0)
+    assert workers[20].pss == 0 and workers[20].cpu == pytest.approx(5.75)
+
+
+def test_between_full_looks_the_cpu_comes_from_the_pids_found(tmp_path: pathlib.Path) -> None:
+    proc = _fake_proc(tmp_path)
+    workers = ray_workers(proc, memory=False)
+    # The loader ends (its parent reaps it: its time moves into the parent's), the trial
+    # trains on, and a process starts that the next full look will find.
+    (proc / "21" / "stat").unlink()
+    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=6.0, reaped_s=1.25)
+    _process(proc, 40, 10, "ray::Other", 100, cpu_s=3.0)
+    assert cpu_of(workers, proc) == {20: pytest.approx(7.75), 30: pytest.approx(0.2)}
 
 
 def test_a_process_that_vanished_counts_nothing(tmp_path: pathlib.Path) -> None:
@@ -130,3 +163,27 @@ def test_an_empty_watch_has_no_summary_and_measures_no_window() -> None:
     watch = MemoryWatch()
     assert watch.summary() == {}
     assert watch.beside([{"w_start": 0.0, "w_end": 9.0}]) == {"windows": 0}
+
+
+def test_gpu_memory_is_read_by_nvidia_smi_not_by_a_cuda_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    calls: list[list[str]] = []
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="1024\n512\n")  # MiB, 2 GPUs
+
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    used = gpu_memory_used(run)
+    assert used is not None and used() == 1536 * 2**20
+    assert calls[0][0] == "nvidia-smi"
+
+    def fails(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        raise subprocess.CalledProcessError(9, command)
+
+    assert gpu_memory_used(fails) is None  # no driver: no figure, no error
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert gpu_memory_used(run) is None
