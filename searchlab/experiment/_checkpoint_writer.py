@@ -302,6 +302,7 @@ class CheckpointWriter:
         if snapshot is None:
             return
         nbytes = _nbytes(snapshot)
+        keep = self._keep_bytes > 0  # else written, and neither copied nor kept
         kept: dict[str, Any] | None = None
         future: concurrent.futures.Future[dict[str, Any] | None] | None = None
         if self._thread:
@@ -310,12 +311,16 @@ class CheckpointWriter:
                     1, thread_name_prefix="searchlab-checkpoint-write"
                 )
             future = self._pool.submit(
-                _write_and_keep, pathlib.Path(checkpoint_dir), snapshot, self._staged_pinned
+                _write_and_keep, pathlib.Path(checkpoint_dir), snapshot, self._staged_pinned, keep
             )
             self._future, self._future_of = future, (self._staged_owner, checkpoint_dir)
         else:  # fails this save if it fails
-            kept = _write_and_keep(pathlib.Path(checkpoint_dir), snapshot, self._staged_pinned)
+            kept = _write_and_keep(
+                pathlib.Path(checkpoint_dir), snapshot, self._staged_pinned, keep
+            )
         del snapshot  # the thread's call holds it until written; then its buffers go back
+        if not keep:
+            return
         key = os.path.realpath(checkpoint_dir)
         self._kept[key] = (kept, future, nbytes)
         total = sum(n for _, _, n in self._kept.values())
@@ -394,13 +399,15 @@ def _nbytes(obj: Any) -> int:
 
 
 def _write_and_keep(
-    directory: pathlib.Path, state: dict[str, Any], pinned: bool
+    directory: pathlib.Path, state: dict[str, Any], pinned: bool, keep: bool = True
 ) -> dict[str, Any] | None:
     """Write ``state`` into ``directory``; the state to keep for a resume from memory: a
-    pageable copy if it sat in pinned buffers (``pageable_copy``), else itself. A copy that
-    fails (no host memory left) keeps nothing: the write stands, and a resume reads the
-    file."""
+    pageable copy if it sat in pinned buffers (``pageable_copy``), else itself; None without
+    ``keep``. A copy that fails (no host memory left) keeps nothing: the write stands, and a
+    resume reads the file."""
     _write_state(directory, state)
+    if not keep:
+        return None
     if not pinned:
         return state
     try:

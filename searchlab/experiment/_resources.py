@@ -131,14 +131,22 @@ def _auto_refusal(cfg: ExperimentConfig, alive: list[dict[str, Any]], standby: i
     return None
 
 
-def standby_memory_note(nodes: Sequence[Mapping[str, Any]], standby: int) -> str | None:
-    """A line for an explicit ``SEARCHLAB_STANDBY`` count whose trial processes a GPU node's
-    memory may not hold (auto's check, ``_memory_shortfall``); None where they fit. A count
-    the user set runs as set: the estimate is a guide, not a limit."""
+def standby_memory_note(
+    nodes: Sequence[Mapping[str, Any]], standby: int, *, resumed: bool = False
+) -> str | None:
+    """A line for an explicit ``SEARCHLAB_STANDBY`` count, or the one a ``resumed``
+    experiment keeps, whose trial processes a GPU node's memory may not hold (auto's check,
+    ``_memory_shortfall``); None where they fit. Such a count runs as set: the estimate is a
+    guide, not a limit."""
     alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
     short = _memory_shortfall(alive, 1 + standby) if standby else None
     if short is None:
         return None
+    if resumed:  # its trials keep their GPU share: auto cannot change the count now
+        return (
+            f"this experiment keeps the SEARCHLAB_STANDBY={standby} it started with, but "
+            f"{short}, so the host may run out of memory"
+        )
     return (
         f"SEARCHLAB_STANDBY={standby}: {short}, so the host may run out of memory; "
         "SEARCHLAB_STANDBY=auto holds fewer trials ready where they do not fit"

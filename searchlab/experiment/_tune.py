@@ -81,7 +81,8 @@ def run_tuner(
                     on_standby(spec)  # a resume runs as these trials start: recorded first
                 echo(f"note: {note}")
             resources = trial_resources(cfg, nodes, standby=spec.standby, resumed=restore)
-            if not spec.standby_auto and (memory := standby_memory_note(nodes, spec.standby)):
+            memory = standby_memory_note(nodes, spec.standby, resumed=restore)
+            if not spec.standby_auto and memory:
                 echo(f"note: {memory}")  # an explicit count runs as set, told what auto sees
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ

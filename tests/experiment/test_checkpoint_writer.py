@@ -254,6 +254,11 @@ def test_a_writer_that_keeps_nothing_leaves_the_resume_to_the_file(
     writer.flush()
     assert writer.take(str(final)) is None
     _same(load_checkpoint(final, trusted=True)[0], _state(1))
+    # A state without tensors (0 bytes by the budget's count) is not kept either.
+    empty = tmp_path / "t" / "checkpoint_000001"
+    _save(writer, tmp_path / "s1", empty, {"batches_trained": 3})
+    writer.flush()
+    assert writer.take(str(empty)) is None
     writer.close()
 
 

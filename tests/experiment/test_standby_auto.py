@@ -262,6 +262,12 @@ def test_an_explicit_count_is_told_when_memory_looks_short_and_runs_as_set() -> 
     assert standby_memory_note(nodes, 1) is None  # 2 processes fit in 6 GiB
     assert standby_memory_note(nodes, 0) is None
     assert standby_memory_note(_nodes(8, 1), 7) is None  # no memory declared: not checked
+    # A resumed experiment keeps its count whatever the switch says: no advice to use auto.
+    assert standby_memory_note(nodes, 2, resumed=True) == (
+        "this experiment keeps the SEARCHLAB_STANDBY=2 it started with, but a GPU node gives "
+        "Ray's workers 6.0 GiB of memory, less than its 3 trial processes would hold (~2.5 GiB "
+        "each), so the host may run out of memory"
+    )
 
 
 @pytest.mark.ray
@@ -270,17 +276,17 @@ def test_a_run_with_an_explicit_count_prints_the_memory_note(
 ) -> None:
     from searchlab.experiment import _resources
 
-    asked: list[int] = []
+    asked: list[tuple[int, bool]] = []
 
-    def note(nodes: Any, standby: int) -> str:
-        asked.append(standby)
+    def note(nodes: Any, standby: int, *, resumed: bool = False) -> str:
+        asked.append((standby, resumed))
         return f"memory looks short for {standby}"
 
     monkeypatch.setenv("SEARCHLAB_STANDBY", "1")  # a CPU cluster: trials run as without
     monkeypatch.setattr(_resources, "standby_memory_note", note)
     results, lines = _single_run("explicit-memory", tmp_path)
     assert results.trials["state"].tolist() == ["COMPLETED"]
-    assert asked == [1]
+    assert asked == [(1, False)]
     assert "note: memory looks short for 1" in lines
 
 
