@@ -56,6 +56,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import copy
+import functools
 import json
 import logging
 import os
@@ -303,6 +304,9 @@ class CheckpointWriter:
             return
         nbytes = _nbytes(snapshot)
         keep = self._keep_bytes > 0  # else written, and neither copied nor kept
+        write = (
+            functools.partial(_write_and_keep, pinned=self._staged_pinned) if keep else _write_state
+        )
         kept: dict[str, Any] | None = None
         future: concurrent.futures.Future[dict[str, Any] | None] | None = None
         if self._thread:
@@ -310,14 +314,10 @@ class CheckpointWriter:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="searchlab-checkpoint-write"
                 )
-            future = self._pool.submit(
-                _write_and_keep, pathlib.Path(checkpoint_dir), snapshot, self._staged_pinned, keep
-            )
+            future = self._pool.submit(write, pathlib.Path(checkpoint_dir), snapshot)
             self._future, self._future_of = future, (self._staged_owner, checkpoint_dir)
         else:  # fails this save if it fails
-            kept = _write_and_keep(
-                pathlib.Path(checkpoint_dir), snapshot, self._staged_pinned, keep
-            )
+            kept = write(pathlib.Path(checkpoint_dir), snapshot)
         del snapshot  # the thread's call holds it until written; then its buffers go back
         if not keep:
             return
@@ -399,15 +399,13 @@ def _nbytes(obj: Any) -> int:
 
 
 def _write_and_keep(
-    directory: pathlib.Path, state: dict[str, Any], pinned: bool, keep: bool = True
+    directory: pathlib.Path, state: dict[str, Any], pinned: bool
 ) -> dict[str, Any] | None:
     """Write ``state`` into ``directory``; the state to keep for a resume from memory: a
-    pageable copy if it sat in pinned buffers (``pageable_copy``), else itself; None without
-    ``keep``. A copy that fails (no host memory left) keeps nothing: the write stands, and a
-    resume reads the file."""
+    pageable copy if it sat in pinned buffers (``pageable_copy``), else itself. A copy that
+    fails (no host memory left) keeps nothing: the write stands, and a resume reads the
+    file."""
     _write_state(directory, state)
-    if not keep:
-        return None
     if not pinned:
         return state
     try:

@@ -47,7 +47,7 @@ def trial_resources(
     """
     res = cfg.resources
     standby = int(standby)  # a count (``True`` from older callers: one)
-    alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
+    alive = _alive(nodes)
     total = {k: sum(float(n.get(k, 0)) for n in alive) for k in ("CPU", "GPU")}
     workers = res.slots_per_trial
     if standby and total["GPU"] > 0:  # CPU trials are unchanged
@@ -92,7 +92,7 @@ def auto_standby(cfg: ExperimentConfig, nodes: Sequence[Mapping[str, Any]]) -> t
     beside the others is retried from its checkpoint, on a GPU that then keeps less on it
     (``experiment._standby``).
     """
-    alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
+    alive = _alive(nodes)
     head = "SEARCHLAB_STANDBY=auto"
     if sum(float(n.get("GPU", 0)) for n in alive) <= 0:
         return 0, f"{head}: standby is off, as the Ray cluster has no GPUs"
@@ -138,7 +138,7 @@ def standby_memory_note(
     experiment keeps, whose trial processes a GPU node's memory may not hold (auto's check,
     ``_memory_shortfall``); None where they fit. Such a count runs as set: the estimate is a
     guide, not a limit."""
-    alive = [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
+    alive = _alive(nodes)
     short = _memory_shortfall(alive, 1 + standby) if standby else None
     if short is None:
         return None
@@ -243,6 +243,11 @@ def _standby_refusal(
         f"can share; {fix}",
         f"{what} (standby shares a GPU between trials of one slot and one whole GPU)",
     )
+
+
+def _alive(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The resources of each live node of ``ray.nodes()``."""
+    return [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive", True)]
 
 
 def _trials_needed(alive: list[dict[str, Any]], standby: int) -> tuple[float, int]:

@@ -83,7 +83,7 @@ def run_tuner(
             resources = trial_resources(cfg, nodes, standby=spec.standby, resumed=restore)
             memory = standby_memory_note(nodes, spec.standby, resumed=restore)
             if not spec.standby_auto and memory:
-                echo(f"note: {memory}")  # an explicit count runs as set, told what auto sees
+                echo(f"note: {memory}")  # an explicit or resumed count runs as set
             parts = _build_parts(cfg, spec, exp_dir, echo, resources, restore, max_grid_trials)
             parts.control.worker_environ = connection.worker_environ
             with ray_environment({"TUNE_MAX_PENDING_TRIALS_PG": str(parts.fit)}):
