@@ -322,14 +322,19 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
     }
     if PER_GPU[0] > 1 and torch.cuda.is_available():
         config["resources"]["gpus_per_trial"] = 1.0 / PER_GPU[0]
-    notes: list[str] = []  # searchlab's own notes (auto's decision among them), not trial lines
+    notes: list[str] = []  # searchlab's own notes (auto's decision among them)
+    # Every one-line message (trials started, paused, finished; notes) with its second since
+    # the call: what happened where a run's figures show a gap. The progress table is left out.
+    events: list[tuple[float, str]] = []
+
+    def echo(line: str) -> None:
+        if line.startswith("note:"):
+            notes.append(line)
+        if "\n" not in line:
+            events.append((round(time.time() - began, 3), line))
+
     began = time.time()
-    results = searchlab.run(
-        config,
-        model_dir=MODEL_DIR,
-        storage_path=storage,
-        echo=lambda line: notes.append(line) if line.startswith("note:") else None,
-    )
+    results = searchlab.run(config, model_dir=MODEL_DIR, storage_path=storage, echo=echo)
     wall = time.time() - began
     decided = json.loads((results.experiment_dir / "experiment.json").read_text())["standby"]
     reports = results.all_reports
@@ -339,7 +344,13 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         for row in training[["trial_id", *WINDOW_KEYS]].to_dict("records")
     ]
     return _run(
-        began, wall, windows, notes=notes, standby=decided, **_searchlab_checkpoint_times(results)
+        began,
+        wall,
+        windows,
+        notes=notes,
+        events=events,
+        standby=decided,
+        **_searchlab_checkpoint_times(results),
     )
 
 

@@ -137,12 +137,18 @@ def ray_workers(proc: pathlib.Path = PROC, *, memory: bool = True) -> dict[int, 
 
 
 def cpu_of(workers: dict[int, Worker], proc: pathlib.Path = PROC) -> dict[int, float]:
-    """Each worker's CPU seconds now, read from the pids a full look found in it (a pid gone
-    since counts nothing; its time is in its parent's once reaped)."""
+    """Each worker's CPU seconds now, read from the pids a full look found in it (a child
+    gone since counts nothing; its time is in its parent's once reaped). A worker whose own
+    process is gone is left out: counted as 0, its whole life's CPU would read as a negative
+    rate in every window up to the next full look (Ray ends idle workers it does not need;
+    call 19A's auto run read -5 cores "beside" some windows)."""
     out = {}
     for owner, worker in workers.items():
-        stats = (_stat(proc / str(p)) for p in worker.pids)
-        out[owner] = sum(_cpu_seconds(stat) for stat in stats if stat is not None)
+        own = _stat(proc / str(owner))
+        if own is None:
+            continue
+        stats = (_stat(proc / str(p)) for p in worker.pids if p != owner)
+        out[owner] = _cpu_seconds(own) + sum(_cpu_seconds(st) for st in stats if st is not None)
     return out
 
 
@@ -249,11 +255,12 @@ class MemoryWatch:
 
     def beside(self, windows: Sequence[dict[str, Any]], min_span: int = 3) -> dict[str, Any]:
         """For each window (``w_start``, ``w_end``: wall-clock seconds) that spans at least
-        ``min_span`` sampling periods: the cores of its busiest worker (the one training it)
-        and of every other worker together; medians, the others' mean and largest, and how
-        many windows were measured."""
+        ``min_span`` sampling periods: the cores of its busiest worker (the one training it),
+        of every other busy worker together (the trial processes waiting their turn) and of
+        Ray's idle workers (``ray::IDLE``: Ray starts and ends them itself); medians, the
+        others' mean and largest, and how many windows were measured."""
         times = [s.when for s in self.samples]
-        trainer, others = [], []
+        trainer, others, idle = [], [], []
         for w in windows:
             first = bisect.bisect_left(times, w["w_start"])
             last = bisect.bisect_right(times, w["w_end"]) - 1
@@ -262,11 +269,13 @@ class MemoryWatch:
             a, b = self.samples[first], self.samples[last]
             span = b.when - a.when
             used = {p: (b.cpu[p] - a.cpu[p]) / span for p in b.cpu if p in a.cpu}
-            if not used:
+            busy = {p: v for p, v in used.items() if IDLE not in (a.titles[p], b.titles.get(p))}
+            if not busy:
                 continue
-            busiest = max(used, key=used.__getitem__)
-            trainer.append(used[busiest])
-            others.append(sum(v for p, v in used.items() if p != busiest))
+            busiest = max(busy, key=busy.__getitem__)
+            trainer.append(busy[busiest])
+            others.append(sum(v for p, v in busy.items() if p != busiest))
+            idle.append(sum(v for p, v in used.items() if p not in busy))
         if not others:
             return {"windows": 0}
         return {
@@ -275,6 +284,7 @@ class MemoryWatch:
             "others_cores_median": statistics.median(others),
             "others_cores_mean": statistics.mean(others),
             "others_cores_max": max(others),
+            "idle_workers_cores_median": statistics.median(idle),
         }
 
 

@@ -335,7 +335,9 @@ def main() -> None:
                             one_at_a_time = CONCURRENT[0] == 1 and PER_GPU[0] == 1
                             got["beside"] = memory.beside(run["windows"]) if one_at_a_time else {}
                             # searchlab's notes and the standby it ran (auto decides it)
-                            got.update({k: run[k] for k in ("notes", "standby") if k in run})
+                            got.update(
+                                {k: run[k] for k in ("notes", "events", "standby") if k in run}
+                            )
                             for note in run.get("notes", []):
                                 print(note)
                             got["windows"] = run["windows"]
@@ -375,6 +377,7 @@ def main() -> None:
                                     "in_trial_rate",
                                     "in_trial_rate_bracketed",
                                     "handover_s",
+                                    "after_last_window_s",
                                     "wall_s",
                                 ],
                             )
@@ -397,6 +400,7 @@ def main() -> None:
             "handovers",
             "checkpoint_write_s",
             "checkpoint_load_s",
+            "after_last_window_s",
             "wall_s",
         ],
     )

@@ -10,6 +10,7 @@ import pytest
 from _memory_watch import (
     CLOCK_TICKS,
     GIB,
+    IDLE,
     MemoryWatch,
     Sample,
     Worker,
@@ -156,7 +157,35 @@ def test_beside_gives_the_trainer_and_the_others_cores_per_window() -> None:
         "others_cores_median": pytest.approx(0.375),
         "others_cores_mean": pytest.approx(0.375),
         "others_cores_max": pytest.approx(0.75),
+        "idle_workers_cores_median": 0.0,
     }
+
+
+def test_a_worker_gone_between_full_looks_is_left_out_not_read_as_negative(
+    tmp_path: pathlib.Path,
+) -> None:
+    proc = _fake_proc(tmp_path)
+    watch = MemoryWatch(memory_every_s=3600.0, proc=proc)
+    first = watch.sample()
+    # Ray ends its idle worker (0.2 s of CPU so far); the trial trains on.
+    for name in ("stat", "cmdline", "smaps_rollup"):
+        (proc / "30" / name).unlink()
+    (proc / "30").rmdir()
+    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=5.0, reaped_s=0.25)
+    second = watch.sample()
+    assert not second.memory and set(second.cpu) == {20}
+    assert second.cpu[20] - first.cpu[20] == pytest.approx(1.0)
+
+
+def test_beside_counts_rays_idle_workers_apart_from_the_trial_processes() -> None:
+    watch = MemoryWatch()
+    titles = {1: "ray::Trial.train", 2: "ray::Trial.train", 3: IDLE}
+    cpu = [{1: 0.0, 2: 0.0, 3: 0.0}, {1: 1.0, 2: 0.1, 3: 0.8}, {1: 2.0, 2: 0.2, 3: 1.6}]
+    watch.samples = [Sample(float(t), titles, c) for t, c in enumerate(cpu)]
+    got = watch.beside([{"w_start": 0.0, "w_end": 2.0}], min_span=2)
+    assert got["trainer_cores_median"] == pytest.approx(1.0)
+    assert got["others_cores_median"] == pytest.approx(0.1)  # the waiting trial process
+    assert got["idle_workers_cores_median"] == pytest.approx(0.8)  # Ray's, not searchlab's
 
 
 def test_an_empty_watch_has_no_summary_and_measures_no_window() -> None:
