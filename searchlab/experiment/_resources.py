@@ -15,12 +15,13 @@ from searchlab.errors import ConfigError
 
 __all__ = ["auto_standby", "standby_memory_note", "standby_share", "trial_resources"]
 
-# Host memory one trial process holds, for auto's check of a node's memory: ~1.3 GiB for
-# torch and CUDA's host side (Ray's own ASHA trial worker, calls 18A-18C on an H200 host),
-# and room for the trial's own (its data, a trial parked in host memory on a crowded GPU).
-# Standby's ResNet-18 trial processes peaked at 2.1-2.4 GiB (proportional set size) there,
-# each also keeping up to 1 GiB of paused states, which standby's actors no longer keep.
-TRIAL_PROCESS_BYTES = int(2.5 * 2**30)
+# Host memory one trial process holds, for auto's check of a node's memory: torch and CUDA's
+# host side, and room for the trial's own (its data, a trial parked in host memory on a
+# crowded GPU). On an H200 host (call 19A, ResNet-18) Ray's own ASHA trial worker peaked at
+# 1.48 GiB (proportional set size) and each of standby's, which keep no paused states since
+# 18C, at 1.39-1.45 GiB (three per GPU: 3.5-4.2 GiB together). Before that change they held
+# 2.1-2.4 GiB each, and this estimate was 2.5 GiB.
+TRIAL_PROCESS_BYTES = 2 * 2**30
 
 
 def trial_resources(

@@ -64,7 +64,7 @@ def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
         _nodes(8, 1),
         _nodes(16, 2),
         _nodes(4, 1, count=2),
-        _nodes(8, 1, memory_gib=8),  # 3 trial processes at ~2.5 GiB
+        _nodes(8, 1, memory_gib=6),  # 3 trial processes at ~2 GiB
         # A CPU node's memory holds no trial process of a GPU.
         [*_nodes(16, 0, memory_gib=1), *_nodes(16, 2, memory_gib=16)],
     ):
@@ -113,16 +113,16 @@ def test_two_trials_ready_where_the_cluster_and_the_config_allow() -> None:
         (
             {},
             {},
-            _nodes(8, 1, memory_gib=6),
-            "a GPU node gives Ray's workers 6.0 GiB of memory, less than its 3 trial processes "
-            "would hold (~2.5 GiB each)",
+            _nodes(8, 1, memory_gib=5),
+            "a GPU node gives Ray's workers 5.0 GiB of memory, less than its 3 trial processes "
+            "would hold (~2 GiB each)",
         ),
         (
             {},
             {},
-            [*_nodes(32, 2, memory_gib=64), *_nodes(32, 2, memory_gib=12)],  # the second: short
-            "a GPU node gives Ray's workers 12.0 GiB of memory, less than its 6 trial processes "
-            "would hold (~2.5 GiB each)",
+            [*_nodes(32, 2, memory_gib=64), *_nodes(32, 2, memory_gib=10)],  # the second: short
+            "a GPU node gives Ray's workers 10.0 GiB of memory, less than its 6 trial processes "
+            "would hold (~2 GiB each)",
         ),
     ],
 )
@@ -154,9 +154,9 @@ def test_an_explicit_count_counts_the_gpu_nodes_cpus_too() -> None:
         (_cfg(), _nodes(8, 0), "the Ray cluster has no GPUs"),
         (
             _cfg(),
-            _nodes(8, 1, memory_gib=4),
-            "a GPU node gives Ray's workers 4.0 GiB of memory, less than its 2 trial processes "
-            "would hold (~2.5 GiB each)",
+            _nodes(8, 1, memory_gib=3),
+            "a GPU node gives Ray's workers 3.0 GiB of memory, less than its 2 trial processes "
+            "would hold (~2 GiB each)",
         ),
         (
             _cfg(max_concurrent_trials=1),
@@ -252,20 +252,20 @@ def _single_run(name: str, tmp_path: pathlib.Path) -> tuple[Any, list[str]]:
 
 
 def test_an_explicit_count_is_told_when_memory_looks_short_and_runs_as_set() -> None:
-    nodes = _nodes(8, 1, memory_gib=6)
+    nodes = _nodes(8, 1, memory_gib=5)
     assert standby_memory_note(nodes, 2) == (
-        "SEARCHLAB_STANDBY=2: a GPU node gives Ray's workers 6.0 GiB of memory, less than its "
-        "3 trial processes would hold (~2.5 GiB each), so the host may run out of memory; "
+        "SEARCHLAB_STANDBY=2: a GPU node gives Ray's workers 5.0 GiB of memory, less than its "
+        "3 trial processes would hold (~2 GiB each), so the host may run out of memory; "
         "SEARCHLAB_STANDBY=auto holds fewer trials ready where they do not fit"
     )
     assert trial_resources(_cfg(), nodes, standby=2)["gpu"] == 0.3333  # not refused
-    assert standby_memory_note(nodes, 1) is None  # 2 processes fit in 6 GiB
+    assert standby_memory_note(nodes, 1) is None  # 2 processes fit in 5 GiB
     assert standby_memory_note(nodes, 0) is None
     assert standby_memory_note(_nodes(8, 1), 7) is None  # no memory declared: not checked
     # A resumed experiment keeps its count whatever the switch says: no advice to use auto.
     assert standby_memory_note(nodes, 2, resumed=True) == (
         "this experiment keeps the SEARCHLAB_STANDBY=2 it started with, but a GPU node gives "
-        "Ray's workers 6.0 GiB of memory, less than its 3 trial processes would hold (~2.5 GiB "
+        "Ray's workers 5.0 GiB of memory, less than its 3 trial processes would hold (~2 GiB "
         "each), so the host may run out of memory"
     )
 
