@@ -27,13 +27,22 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["FOLDER_VAR", "PERIOD_VAR", "read_samples", "start", "start_from_environment"]
+__all__ = [
+    "FOLDER_VAR",
+    "PERIOD_VAR",
+    "read_samples",
+    "start",
+    "start_from_environment",
+    "stop",
+]
 
 # The folder a Ray worker's setup hook samples into (set in the runtime environment).
 FOLDER_VAR = "SEARCHLAB_BENCH_STACKS"
 # Seconds between two samples there (default 0.1).
 PERIOD_VAR = "SEARCHLAB_BENCH_STACKS_PERIOD_S"
 _started: set[int] = set()  # the pids sampling already (a hook may run twice)
+_stop = threading.Event()
+_threads: list[threading.Thread] = []
 
 
 def start(
@@ -58,8 +67,7 @@ def start(
         # Written and flushed after every sample: a Ray worker ends by exiting or being
         # killed, and a buffer would lose its last windows, the ones a report often asks for.
         with path.open("a") as out:
-            while time.monotonic() < end:
-                time.sleep(period_s)
+            while time.monotonic() < end and not _stop.wait(period_s):
                 names = {t.ident: t.name for t in threading.enumerate()}
                 now = time.time()
                 own = me().ident
@@ -84,7 +92,19 @@ def start(
 
     thread = threading.Thread(target=run, name="searchlab-bench-stacks", daemon=True)
     thread.start()
+    _threads.append(thread)
     return thread
+
+
+def stop() -> None:
+    """End this process's sampling: a sampler still reading the frames of Ray's threads
+    while the interpreter exits makes Ray's driver exit with an error."""
+    _stop.set()
+    for thread in _threads:
+        thread.join(timeout=5.0)
+    _threads.clear()
+    _started.discard(os.getpid())  # it may start again
+    _stop.clear()
 
 
 def start_from_environment() -> None:

@@ -98,6 +98,7 @@ the bracketed ones: ``in_search_over_in_process_bracketed``, ``ray_in_trial_rate
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import shutil
@@ -159,7 +160,7 @@ def stack_probe_env(folder: str) -> dict[str, Any]:
     from ray import cloudpickle
 
     folder = os.path.abspath(folder)
-    _stack_probe.start(folder)
+    _stack_probe.start(folder, seconds=math.inf)  # the whole run, as the workers
     # Ray's workers run in asha_model/, where _stack_probe cannot be imported.
     cloudpickle.register_pickle_by_value(_stack_probe)
     return {
@@ -246,7 +247,17 @@ def main() -> None:
         help="sample every thread of this process and of every Ray worker into FOLDER "
         "(_stack_probe.py; read it with stack_report.py)",
     )
+    parser.add_argument(
+        "--driver-stacks",
+        metavar="FOLDER",
+        help="sample every thread of this process alone (no Ray worker), every 0.2 s for the "
+        "whole run, into FOLDER: where a search's driver waits (stack_report.py reads it)",
+    )
     args = parser.parse_args()
+    if args.driver_stacks:
+        import _stack_probe
+
+        _stack_probe.start(args.driver_stacks, period_s=0.2, seconds=math.inf)
 
     import ray
 
@@ -382,6 +393,7 @@ def main() -> None:
                                 ],
                             )
         finally:
+            _stop_stack_probe()  # before Ray's shutdown, which a sampling thread upsets
             ray.shutdown()
             shutil.rmtree(storage, ignore_errors=True)
     summary = _summary(runs)
@@ -438,6 +450,11 @@ def main() -> None:
         },
         machine=machine_info(),
     )
+
+
+def _stop_stack_probe() -> None:
+    if "_stack_probe" in sys.modules:  # --stacks, --driver-stacks
+        sys.modules["_stack_probe"].stop()
 
 
 if __name__ == "__main__":

@@ -60,6 +60,23 @@ def test_every_thread_is_sampled_with_its_name_and_frames(tmp_path: pathlib.Path
     assert "searchlab-bench-stacks" not in by_thread  # the sampler leaves itself out
 
 
+def test_stop_ends_sampling_that_would_run_for_ever(tmp_path: pathlib.Path) -> None:
+    import math
+    import time
+
+    import _stack_probe
+
+    folder = tmp_path / "stacks"
+    thread = _stack_probe.start(folder, period_s=0.01, seconds=math.inf)
+    assert thread is not None
+    try:
+        time.sleep(0.1)
+    finally:
+        _stack_probe.stop()
+    assert not thread.is_alive()
+    assert list(read_samples(folder))  # it sampled until told to stop
+
+
 def _sample(t: float, thread: str, *frames: str) -> dict:
     return {"t": t, "thread": thread, "frames": list(frames)}
 
