@@ -258,9 +258,11 @@ class MemoryWatch:
         ``min_span`` sampling periods: the cores of its busiest worker (the one training it),
         of every other busy worker together (the trial processes waiting their turn) and of
         Ray's idle workers (``ray::IDLE``: Ray starts and ends them itself); medians, the
-        others' mean and largest, and how many windows were measured."""
+        others' mean and largest, how many windows were measured, and ``per_window``: each
+        measured window's start with its trainer's, the others' and the idle workers' cores
+        (to set against its rate)."""
         times = [s.when for s in self.samples]
-        trainer, others, idle = [], [], []
+        trainer, others, idle, per_window = [], [], [], []
         for w in windows:
             first = bisect.bisect_left(times, w["w_start"])
             last = bisect.bisect_right(times, w["w_end"]) - 1
@@ -276,6 +278,7 @@ class MemoryWatch:
             trainer.append(busy[busiest])
             others.append(sum(v for p, v in busy.items() if p != busiest))
             idle.append(sum(v for p, v in used.items() if p not in busy))
+            per_window.append([w["w_start"], *(round(x[-1], 3) for x in (trainer, others, idle))])
         if not others:
             return {"windows": 0}
         return {
@@ -285,6 +288,7 @@ class MemoryWatch:
             "others_cores_mean": statistics.mean(others),
             "others_cores_max": max(others),
             "idle_workers_cores_median": statistics.median(idle),
+            "per_window": per_window,
         }
 
 

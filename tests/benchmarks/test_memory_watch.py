@@ -158,6 +158,7 @@ def test_beside_gives_the_trainer_and_the_others_cores_per_window() -> None:
         "others_cores_mean": pytest.approx(0.375),
         "others_cores_max": pytest.approx(0.75),
         "idle_workers_cores_median": 0.0,
+        "per_window": [[0.0, 1.0, 0.0, 0.0], [3.0, 1.0, 0.75, 0.0]],
     }
 
 
