@@ -350,6 +350,9 @@ def run_searchlab(hp: dict[str, Any], work: dict[str, Any], lrs: list[float], st
         notes=notes,
         events=events,
         standby=decided,
+        # Retries (a trial out of GPU memory beside the others, say) pass without failing
+        # the run where max_restarts allows them; count them.
+        restarts=int(results.trials["restarts"].sum()) if len(results.trials) else 0,
         **_searchlab_checkpoint_times(results),
     )
 

@@ -347,7 +347,11 @@ def main() -> None:
                             got["beside"] = memory.beside(run["windows"]) if one_at_a_time else {}
                             # searchlab's notes and the standby it ran (auto decides it)
                             got.update(
-                                {k: run[k] for k in ("notes", "events", "standby") if k in run}
+                                {
+                                    k: run[k]
+                                    for k in ("notes", "events", "standby", "restarts")
+                                    if k in run
+                                }
                             )
                             for note in run.get("notes", []):
                                 print(note)
@@ -389,6 +393,7 @@ def main() -> None:
                                     "in_trial_rate_bracketed",
                                     "handover_s",
                                     "after_last_window_s",
+                                    "trial_processes",
                                     "wall_s",
                                 ],
                             )

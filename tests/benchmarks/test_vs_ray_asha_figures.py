@@ -49,6 +49,7 @@ def test_trials_sharing_a_gpu_count_hand_overs_in_each_process() -> None:
     assert got["efficiency"] == pytest.approx(1.2)
     assert got["first_batch_s"] == pytest.approx(5.0)
     assert got["after_last_window_s"] == pytest.approx(1.0)  # the last window ends at 14 of 15
+    assert got["trial_processes"] == 2
 
 
 def test_one_trial_per_gpu_counts_hand_overs_on_the_gpu() -> None:

@@ -43,6 +43,7 @@ def test_a_searchlab_run_records_the_standby_it_ran_and_auto_says_why(
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = json.loads(out.read_text())["runs"]
     assert run["standby"] == 0  # no GPUs here
+    assert run["restarts"] == 0 and run["trial_processes"] == 1
     note = "note: SEARCHLAB_STANDBY=auto: standby is off, as the Ray cluster has no GPUs"
     assert run["notes"] == [note]
     assert note in done.stdout
