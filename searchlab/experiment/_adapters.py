@@ -25,6 +25,7 @@ from searchlab.experiment._compat import (
     end_run_resumably,
     keep_idle_actors,
     keep_only_this_session_staged,
+    keep_starting_actors,
     set_trial_paused,
     start_in_idle_workers,
 )
@@ -269,10 +270,12 @@ class SearchScheduler(FIFOScheduler):
             start_in_idle_workers(tune_controller, trainable, control.worker_environ)
             control.worker_environ = None
         if control.standby_actors and trials:
-            # Standby needs both actors of a GPU to stay: a paused trial's actor waits
-            # in Tune's cache for the next trial instead of being stopped.
+            # Standby needs every actor of a GPU to stay: a paused trial's actor waits in
+            # Tune's cache for the next trial instead of being stopped, and an actor that
+            # is starting is not removed when another frees first.
             resources = next(iter(trials.values())).placement_group_factory
             keep_idle_actors(tune_controller, resources, control.standby_actors)
+            keep_starting_actors(tune_controller)
             control.standby_actors = 0
         if control.hold_new_trials():  # the next trial takes a pausing trial's place: wait
             return None

@@ -32,6 +32,7 @@ __all__ = [
     "keep_idle_actors",
     "keep_only_this_session_staged",
     "keep_prestarted_workers",
+    "keep_starting_actors",
     "replace_restored_parts",
     "set_trial_paused",
     "start_in_idle_workers",
@@ -135,6 +136,51 @@ def keep_idle_actors(tune_controller: Any, resources: Any, count: int) -> bool:
     if cache is None or not callable(getattr(cache, "increase_max", None)):
         return False
     cache.increase_max(resources, count)
+    return True
+
+
+def keep_starting_actors(tune_controller: Any) -> bool:
+    """Let a trial keep the new actor Tune launched for it while that actor starts.
+
+    Tune gives a trial waiting for its new actor a cached one as soon as one is free (a
+    paused trial's), and removes the new actor, even where its process is already
+    importing and building: that start is lost, and the next trial that finds no cached
+    actor starts another process. With standby, trials pause after every rung and a new
+    process takes seconds to start, so one of a GPU's three actors was started and removed
+    again and again, never training (a CPU search of 16 trials: 8 processes built a trial
+    and never trained one; GPU calls 18B, 18C and 19A: one of three sat out a whole search),
+    and one still starting when the search ended held its end up by 5-7 s. Here a trial
+    whose actor's process has been launched keeps it, and the cached actor waits for the
+    next trial. One whose actor still waits for resources takes the cached actor as before:
+    the cached actor may hold the very resources it waits for. False where Tune lacks what
+    this reads (another Ray version): nothing changed."""
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)
+    reuse = getattr(controller, "_maybe_reuse_cached_actor", None)
+    launched = getattr(
+        getattr(controller, "_actor_manager", None), "_live_actors_to_ray_actors_resources", None
+    )
+    needs = ("_trial_to_actor", "_started_actors", "_resetting_trials")
+    if (
+        reuse is None
+        or not isinstance(launched, dict)
+        or not all(hasattr(controller, n) for n in needs)
+    ):
+        return False
+    if getattr(reuse, "keeps_starting_actors", False):
+        return True
+
+    def reuse_unless_starting(trial: Any) -> bool:
+        actor = controller._trial_to_actor.get(trial)
+        starting = (
+            actor is not None
+            and actor in launched
+            and actor not in controller._started_actors
+            and trial not in controller._resetting_trials
+        )
+        return False if starting else reuse(trial)
+
+    reuse_unless_starting.keeps_starting_actors = True  # type: ignore[attr-defined]
+    controller._maybe_reuse_cached_actor = reuse_unless_starting
     return True
 
 

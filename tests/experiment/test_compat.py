@@ -229,6 +229,47 @@ def test_tune_keeps_as_many_idle_actors_as_standby_asks() -> None:
     assert not keep_idle_actors(types.SimpleNamespace(), "1 GPU/2", 2)  # no such cache
 
 
+def test_a_trial_keeps_the_actor_that_is_starting_for_it() -> None:
+    from searchlab.experiment._compat import keep_starting_actors
+
+    reused: list[str] = []
+
+    def tunes_reuse(trial: str) -> bool:  # Tune's: the cached actor, the new one removed
+        reused.append(trial)
+        return True
+
+    launched = {"starting": 1, "up": 2}  # actors whose processes Ray launched
+    controller = types.SimpleNamespace(
+        _maybe_reuse_cached_actor=tunes_reuse,
+        _actor_manager=types.SimpleNamespace(_live_actors_to_ray_actors_resources=launched),
+        _trial_to_actor={"a": "starting", "b": "waits-for-resources", "c": "up", "r": "starting"},
+        _started_actors={"up"},
+        _resetting_trials={"r"},
+    )
+    wrapped = types.SimpleNamespace(_tune_controller=controller)  # what schedulers get
+    assert keep_starting_actors(wrapped) and keep_starting_actors(wrapped)  # installed once
+    reuse = controller._maybe_reuse_cached_actor
+    assert reuse("a") is False  # its actor's process is importing: it keeps it
+    # Tune's own rule for the rest: an actor still waiting for resources (the cached one
+    # may hold them), one already up, one being reset, a trial without an actor.
+    assert [reuse(t) for t in ("b", "c", "r", "new")] == [True] * 4
+    assert reused == ["b", "c", "r", "new"]
+    assert not keep_starting_actors(types.SimpleNamespace())  # another Ray: nothing changed
+    # What it reads is Tune's: the method that removes a scheduled actor for a cached one,
+    # the actors whose start resolved, and the actor manager's launched actors.
+    source = inspect.getsource(TuneController._maybe_reuse_cached_actor)
+    assert "self._remove_actor(tracked_actor=original_actor)" in source
+    assert "self._started_actors.add(tracked_actor)" in inspect.getsource(
+        TuneController._actor_started
+    )
+    for name in ("_trial_to_actor", "_started_actors", "_resetting_trials", "_actor_manager"):
+        assert f"self.{name}" in inspect.getsource(TuneController.__init__), name
+    from ray.air.execution._internal.actor_manager import RayActorManager
+
+    launches = inspect.getsource(RayActorManager._try_start_actors)
+    assert "self._live_actors_to_ray_actors_resources[tracked_actor] = (" in launches
+
+
 def test_searchlab_knows_the_environment_tune_gives_every_trial_actor() -> None:
     from ray.tune.execution import class_cache
 
