@@ -148,8 +148,9 @@ def keep_starting_actors(tune_controller: Any) -> bool:
     actor starts another process. With standby, trials pause after every rung and a new
     process takes seconds to start, so one of a GPU's three actors was started and removed
     again and again, never training (a CPU search of 16 trials: 8 processes built a trial
-    and never trained one; GPU calls 18B, 18C and 19A: one of three sat out a whole search),
-    and one still starting when the search ended held its end up by 5-7 s. Here a trial
+    and never trained one; in GPU calls 18B, 18C and 19A one of three sat out a whole
+    search, likely so), and one still starting when a search ends can hold its end up (two
+    of those searches ended 5-7 s after their last window). Here a trial
     whose actor's process has been launched keeps it, and the cached actor waits for the
     next trial. One whose actor still waits for resources takes the cached actor as before:
     the cached actor may hold the very resources it waits for. False where Tune lacks what
