@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "FOLDER_VAR",
     "PERIOD_VAR",
+    "THREAD_NAME",
     "read_samples",
     "start",
     "start_from_environment",
@@ -41,8 +42,10 @@ FOLDER_VAR = "SEARCHLAB_BENCH_STACKS"
 # Seconds between two samples there (default 0.1).
 PERIOD_VAR = "SEARCHLAB_BENCH_STACKS_PERIOD_S"
 _started: set[int] = set()  # the pids sampling already (a hook may run twice)
-_stop = threading.Event()
-_threads: list[threading.Thread] = []
+# Set by ``stop``. A plain list, not an Event: ``vs_ray_asha --stacks`` sends ``start`` to
+# Ray's workers by value, with the globals it reads, and a lock cannot be pickled.
+_stopping = [False]
+THREAD_NAME = "searchlab-bench-stacks"
 
 
 def start(
@@ -67,7 +70,10 @@ def start(
         # Written and flushed after every sample: a Ray worker ends by exiting or being
         # killed, and a buffer would lose its last windows, the ones a report often asks for.
         with path.open("a") as out:
-            while time.monotonic() < end and not _stop.wait(period_s):
+            while time.monotonic() < end:
+                time.sleep(period_s)
+                if _stopping[0]:
+                    break
                 names = {t.ident: t.name for t in threading.enumerate()}
                 now = time.time()
                 own = me().ident
@@ -90,21 +96,24 @@ def start(
                 out.write("".join(x + "\n" for x in lines))
                 out.flush()
 
-    thread = threading.Thread(target=run, name="searchlab-bench-stacks", daemon=True)
+    thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
     thread.start()
-    _threads.append(thread)
     return thread
 
 
-def stop() -> None:
-    """End this process's sampling: a sampler still reading the frames of Ray's threads
-    while the interpreter exits makes Ray's driver exit with an error."""
-    _stop.set()
-    for thread in _threads:
+def stop() -> bool:
+    """End this process's sampling (the driver's, before Ray shuts down: a sampler still
+    reading the frames of Ray's threads then made the driver exit with an error). True when
+    it ended; then this process may sample again."""
+    _stopping[0] = True
+    samplers = [t for t in threading.enumerate() if t.name == THREAD_NAME]
+    for thread in samplers:
         thread.join(timeout=5.0)
-    _threads.clear()
-    _started.discard(os.getpid())  # it may start again
-    _stop.clear()
+    if any(t.is_alive() for t in samplers):
+        return False
+    _started.discard(os.getpid())
+    _stopping[0] = False
+    return True
 
 
 def start_from_environment() -> None:

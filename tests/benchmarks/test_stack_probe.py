@@ -70,11 +70,33 @@ def test_stop_ends_sampling_that_would_run_for_ever(tmp_path: pathlib.Path) -> N
     thread = _stack_probe.start(folder, period_s=0.01, seconds=math.inf)
     assert thread is not None
     try:
-        time.sleep(0.1)
+        deadline = time.monotonic() + 30
+        while not list(read_samples(folder)) and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
-        _stack_probe.stop()
+        assert _stack_probe.stop()
     assert not thread.is_alive()
     assert list(read_samples(folder))  # it sampled until told to stop
+
+
+def test_a_sampling_driver_still_sends_the_probe_to_rays_workers(tmp_path: pathlib.Path) -> None:
+    # vs_ray_asha --stacks samples the driver, then has Ray pickle the workers' setup hook by
+    # value, with the module's globals it reads: none may be a lock or a thread.
+    import math
+
+    import _stack_probe
+    from ray import cloudpickle
+
+    assert _stack_probe.start(tmp_path / "stacks", period_s=0.01, seconds=math.inf) is not None
+    try:
+        cloudpickle.register_pickle_by_value(_stack_probe)
+        try:
+            sent = cloudpickle.dumps(_stack_probe.start_from_environment)
+        finally:
+            cloudpickle.unregister_pickle_by_value(_stack_probe)
+    finally:
+        assert _stack_probe.stop()
+    assert callable(cloudpickle.loads(sent))
 
 
 def _sample(t: float, thread: str, *frames: str) -> dict:
