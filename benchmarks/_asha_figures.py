@@ -106,7 +106,9 @@ def figures(run: dict[str, Any], rate: float) -> dict[str, Any]:
         "handovers": len(handovers),
         # How many trial processes trained a window: standby's actors per GPU, all of them
         # (calls 18B, 18C and 19A each had one auto run in which one of three never did).
-        "trial_processes": len({w.get("proc_start") for w in windows}),
+        "trial_processes": len(
+            {p for w in windows if (p := w.get("proc_start")) is not None and p == p}  # not NaN
+        ),
     }
     for key in ("checkpoint_write_s", "checkpoint_load_s", "build_s", "loads", "loads_from_memory"):
         values = [w[key] for w in windows if w.get(key) is not None and w[key] == w[key]]

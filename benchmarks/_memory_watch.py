@@ -136,6 +136,20 @@ def ray_workers(proc: pathlib.Path = PROC, *, memory: bool = True) -> dict[int, 
     return out
 
 
+def title_of(pid_dir: pathlib.Path) -> str | None:
+    """A process's title (its command line's first word), None if gone."""
+    try:
+        return (
+            pid_dir.joinpath("cmdline")
+            .read_bytes()
+            .split(b"\0", 1)[0]
+            .decode(errors="replace")
+            .strip()
+        )
+    except OSError:
+        return None
+
+
 def cpu_of(workers: dict[int, Worker], proc: pathlib.Path = PROC) -> dict[int, float]:
     """Each worker's CPU seconds now, read from the pids a full look found in it (a child
     gone since counts nothing; its time is in its parent's once reaped). A worker whose own
@@ -196,9 +210,12 @@ class MemoryWatch:
         if memory or self._workers is None:
             self._workers = ray_workers(self.proc, memory=memory)
             cpu = {p: w.cpu for p, w in self._workers.items()}
+            titles = {p: w.title for p, w in self._workers.items()}
         else:
             cpu = cpu_of(self._workers, self.proc)
-        row = Sample(when, {p: w.title for p, w in self._workers.items()}, cpu)
+            # Read again: an idle worker Ray hands a trial's actor takes its title then.
+            titles = {p: title_of(self.proc / str(p)) or self._workers[p].title for p in cpu}
+        row = Sample(when, titles, cpu)
         if memory:
             self._last_memory = when
             row.memory = {
@@ -271,7 +288,8 @@ class MemoryWatch:
             a, b = self.samples[first], self.samples[last]
             span = b.when - a.when
             used = {p: (b.cpu[p] - a.cpu[p]) / span for p in b.cpu if p in a.cpu}
-            busy = {p: v for p, v in used.items() if IDLE not in (a.titles[p], b.titles.get(p))}
+            # Idle at both ends: a worker that took a trial's actor during the window builds it.
+            busy = {p: v for p, v in used.items() if (a.titles[p], b.titles.get(p)) != (IDLE, IDLE)}
             if not busy:
                 continue
             busiest = max(busy, key=busy.__getitem__)

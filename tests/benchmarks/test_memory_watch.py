@@ -178,6 +178,27 @@ def test_a_worker_gone_between_full_looks_is_left_out_not_read_as_negative(
     assert second.cpu[20] - first.cpu[20] == pytest.approx(1.0)
 
 
+def test_a_worker_that_takes_a_trials_actor_between_full_looks_counts_as_busy(
+    tmp_path: pathlib.Path,
+) -> None:
+    proc = _fake_proc(tmp_path)
+    watch = MemoryWatch(memory_every_s=3600.0, proc=proc)
+    first = watch.sample()
+    assert first.titles[30] == IDLE
+    # The trial trains on; Ray hands its idle worker a trial's actor, which builds (its
+    # title changes at once).
+    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=6.0, reaped_s=0.25)
+    _process(proc, 30, 10, "ray::_SearchlabTrial.__init__", 1000, cpu_s=1.2)
+    second = watch.sample()
+    assert not second.memory and second.titles[30] == "ray::_SearchlabTrial.__init__"
+    watch.samples = [first, second]
+    span = second.when - first.when
+    got = watch.beside([{"w_start": first.when, "w_end": second.when}], min_span=1)
+    assert got["idle_workers_cores_median"] == 0.0
+    assert got["trainer_cores_median"] == pytest.approx(2.0 / span)
+    assert got["others_cores_median"] == pytest.approx(1.0 / span)  # its build, beside
+
+
 def test_beside_counts_rays_idle_workers_apart_from_the_trial_processes() -> None:
     watch = MemoryWatch()
     titles = {1: "ray::Trial.train", 2: "ray::Trial.train", 3: IDLE}

