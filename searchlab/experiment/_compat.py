@@ -169,7 +169,10 @@ def keep_starting_actors(tune_controller: Any) -> bool:
     ):
         return False
     if not isinstance(controller, _KeepingStartingActors):
-        controller.__class__ = _keeping_starting_actors(type(controller))
+        try:
+            controller.__class__ = _keeping_starting_actors(type(controller))
+        except TypeError:  # a class whose instances cannot change class (slots, C type)
+            return False
     return True
 
 
