@@ -162,17 +162,26 @@ def test_beside_gives_the_trainer_and_the_others_cores_per_window() -> None:
     }
 
 
+def _after_a_full_look(tmp_path: pathlib.Path) -> tuple[pathlib.Path, MemoryWatch, Sample]:
+    """A fake ``/proc``, a watch whose next looks read CPU only, and its first (full) look."""
+    proc = _fake_proc(tmp_path)
+    watch = MemoryWatch(memory_every_s=3600.0, proc=proc)
+    return proc, watch, watch.sample()
+
+
+def _trial_trains_on(proc: pathlib.Path, cpu_s: float) -> None:
+    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=cpu_s, reaped_s=0.25)
+
+
 def test_a_worker_gone_between_full_looks_is_left_out_not_read_as_negative(
     tmp_path: pathlib.Path,
 ) -> None:
-    proc = _fake_proc(tmp_path)
-    watch = MemoryWatch(memory_every_s=3600.0, proc=proc)
-    first = watch.sample()
+    proc, watch, first = _after_a_full_look(tmp_path)
     # Ray ends its idle worker (0.2 s of CPU so far); the trial trains on.
     for name in ("stat", "cmdline", "smaps_rollup"):
         (proc / "30" / name).unlink()
     (proc / "30").rmdir()
-    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=5.0, reaped_s=0.25)
+    _trial_trains_on(proc, cpu_s=5.0)
     second = watch.sample()
     assert not second.memory and set(second.cpu) == {20}
     assert second.cpu[20] - first.cpu[20] == pytest.approx(1.0)
@@ -181,13 +190,11 @@ def test_a_worker_gone_between_full_looks_is_left_out_not_read_as_negative(
 def test_a_worker_that_takes_a_trials_actor_between_full_looks_counts_as_busy(
     tmp_path: pathlib.Path,
 ) -> None:
-    proc = _fake_proc(tmp_path)
-    watch = MemoryWatch(memory_every_s=3600.0, proc=proc)
-    first = watch.sample()
+    proc, watch, first = _after_a_full_look(tmp_path)
     assert first.titles[30] == IDLE
     # The trial trains on; Ray hands its idle worker a trial's actor, which builds (its
     # title changes at once).
-    _process(proc, 20, 10, "ray::_SearchlabTrial.train", 3000, cpu_s=6.0, reaped_s=0.25)
+    _trial_trains_on(proc, cpu_s=6.0)
     _process(proc, 30, 10, "ray::_SearchlabTrial.__init__", 1000, cpu_s=1.2)
     second = watch.sample()
     assert not second.memory and second.titles[30] == "ray::_SearchlabTrial.__init__"
