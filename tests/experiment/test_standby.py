@@ -465,8 +465,9 @@ config = {
     "max_restarts": 0,
     "reproducibility": {"experiment_seed": 3},
 }
+lines = []
 results = searchlab.run(
-    config, model_dir=sys.argv[2], storage_path=str(out / "runs"), echo=lambda _: None
+    config, model_dir=sys.argv[2], storage_path=str(out / "runs"), echo=lines.append
 )
 metrics = results.metrics
 first = metrics[(metrics["group"] == "validation") & (metrics["batches"] == 4)]
@@ -481,6 +482,8 @@ json.dump(
         "rung0": sorted(float(v) for v in first["validation_loss"]),
         # promoted trials' loads, and those from the worker's memory (kept states)
         "loads": sum("searchlab_timing_checkpoint_load_s" in r for r in reported),
+        # paused trials that came back (a promoted trial that goes on at once loads nothing)
+        "resumed": sum(" resumed at batch " in line for line in lines),
         "from_memory": sum("searchlab_timing_resumed_from_memory" in r for r in reported),
         "standby": json.loads((results.experiment_dir / "experiment.json").read_text())["standby"],
     },
@@ -529,7 +532,9 @@ def test_a_search_takes_turns_on_its_gpu(
         assert result["standby"] == int(standby)  # recorded for a resume
         # Promoted trials came back on any of the GPU's actors, from their files: standby's
         # actors keep no states in memory.
-        assert result["loads"] > 0 and result["from_memory"] == 0, result
+        # (Whether a promoted trial pauses first depends on the order results arrive in.)
+        assert result["from_memory"] == 0, result
+        assert result["loads"] > 0 or result["resumed"] == 0, result
     assert outcome["0"][1]["standby"] == 0
     # One actor per GPU keeps them: promoted trials came back to it, from its memory.
     assert outcome["0"][1]["from_memory"] > 0, outcome["0"][1]
